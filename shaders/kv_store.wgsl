@@ -1,0 +1,44 @@
+// Appends this step's K and V rows to the layer's cache at positions pos0 + t. The cache is
+// u32 words: f16 pairs packed with pack2x16float (KV_F16) or f32 bit patterns.
+
+struct KvParams {
+    kv_dim: u32,
+}
+struct Step {
+    t: u32,
+    pos0: u32,
+    _a: u32,
+    _b: u32,
+}
+
+@group(0) @binding(0) var<storage, read> K: array<vec2<f32>>;
+@group(0) @binding(1) var<storage, read> V: array<vec2<f32>>;
+@group(0) @binding(2) var<storage, read_write> KC: array<u32>;
+@group(0) @binding(3) var<storage, read_write> VC: array<u32>;
+@group(0) @binding(4) var<uniform> p: KvParams;
+@group(0) @binding(5) var<uniform> step: Step;
+
+override KV_F16: bool = true;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let pairs = p.kv_dim / 2u;
+    let t = gid.y;
+    let j = gid.x;
+    if (t >= step.t || j >= pairs) {
+        return;
+    }
+    let src = t * pairs + j;
+    let dst = (step.pos0 + t) * pairs + j;
+    let k = K[src];
+    let v = V[src];
+    if (KV_F16) {
+        KC[dst] = pack2x16float(k);
+        VC[dst] = pack2x16float(v);
+    } else {
+        KC[2u * dst] = bitcast<u32>(k.x);
+        KC[2u * dst + 1u] = bitcast<u32>(k.y);
+        VC[2u * dst] = bitcast<u32>(v.x);
+        VC[2u * dst + 1u] = bitcast<u32>(v.y);
+    }
+}

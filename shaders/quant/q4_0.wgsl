@@ -1,0 +1,10 @@
+// Q4_0: blocks of 32 = f16 scale + 16 bytes; element j < 16 is the low nibble of byte j,
+// element j + 16 its high nibble; value (q - 8) * d (18 bytes).
+fn dequant8(rb: u32, e: u32) -> F8 {
+    let bo = rb + (e >> 5u) * 18u;
+    let d = rd_f16(bo);
+    let w = e & 31u;
+    let q = bo + 2u + (w & 15u);
+    let sh = (w >> 4u) * 4u;
+    return F8((nib4(rd_u32(q), sh) - 8.0) * d, (nib4(rd_u32(q + 4u), sh) - 8.0) * d);
+}

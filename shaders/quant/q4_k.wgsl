@@ -1,0 +1,15 @@
+// Q4_K: super-blocks of 256 = f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of
+// nibbles (144 bytes). Each 64 elements use 32 bytes: low nibbles first, then high nibbles.
+fn dequant8(rb: u32, e: u32) -> F8 {
+    let bo = rb + (e >> 8u) * 144u;
+    let w = e & 255u;
+    let g = w >> 6u;
+    let hi = (w >> 5u) & 1u;
+    let l0 = w & 31u;
+    let sm = k_scale_min(bo + 4u, 2u * g + hi);
+    let d = rd_f16(bo) * sm.x;
+    let m = rd_f16(bo + 2u) * sm.y;
+    let q = bo + 16u + 32u * g + l0;
+    let sh = hi * 4u;
+    return F8(nib4(W[q >> 2u], sh) * d - m, nib4(W[(q >> 2u) + 1u], sh) * d - m);
+}

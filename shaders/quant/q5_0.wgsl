@@ -1,0 +1,13 @@
+// Q5_0: blocks of 32 = f16 scale + u32 of fifth bits (bit i for element i) + 16 bytes of
+// nibbles (as Q4_0); value (q - 16) * d (22 bytes).
+fn dequant8(rb: u32, e: u32) -> F8 {
+    let bo = rb + (e >> 5u) * 22u;
+    let d = rd_f16(bo);
+    let qh = rd_u32(bo + 2u);
+    let w = e & 31u;
+    let q = bo + 6u + (w & 15u);
+    let sh = (w >> 4u) * 4u;
+    let h0 = vec4<f32>(f32((qh >> w) & 1u), f32((qh >> (w + 1u)) & 1u), f32((qh >> (w + 2u)) & 1u), f32((qh >> (w + 3u)) & 1u));
+    let h1 = vec4<f32>(f32((qh >> (w + 4u)) & 1u), f32((qh >> (w + 5u)) & 1u), f32((qh >> (w + 6u)) & 1u), f32((qh >> (w + 7u)) & 1u));
+    return F8((nib4(rd_u32(q), sh) + h0 * 16.0 - 16.0) * d, (nib4(rd_u32(q + 4u), sh) + h1 * 16.0 - 16.0) * d);
+}

@@ -1,0 +1,20 @@
+// Q5_K: as Q4_K plus 32 bytes of fifth bits (176 bytes): element l of the 64-element group g
+// takes bit 2g (low half) or 2g+1 (high half) of qh[l].
+fn dequant8(rb: u32, e: u32) -> F8 {
+    let bo = rb + (e >> 8u) * 176u;
+    let w = e & 255u;
+    let g = w >> 6u;
+    let hi = (w >> 5u) & 1u;
+    let l0 = w & 31u;
+    let sm = k_scale_min(bo + 4u, 2u * g + hi);
+    let d = rd_f16(bo) * sm.x;
+    let m = rd_f16(bo + 2u) * sm.y;
+    let q = (bo + 48u + 32u * g + l0) >> 2u;
+    let h = (bo + 16u + l0) >> 2u;
+    let sh = hi * 4u;
+    let b = 2u * g + hi;
+    return F8(
+        (nib4(W[q], sh) + bit4(W[h], b) * 16.0) * d - m,
+        (nib4(W[q + 1u], sh) + bit4(W[h + 1u], b) * 16.0) * d - m,
+    );
+}

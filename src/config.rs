@@ -1,0 +1,295 @@
+//! The model's hyper-parameters, read from an HF `config.json` (transformers 4 and 5 layouts) or
+//! from GGUF `llama.*` metadata, and the rotary embedding tables derived from them.
+
+use crate::error::{Error, Result};
+use serde_json::Value;
+
+/// How rotary position embeddings are scaled.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Positions divided by `factor`.
+    Linear { factor: f32 },
+    /// YaRN with transformers' semantics (`_compute_yarn_parameters`).
+    Yarn {
+        factor: f32,
+        original_max_position_embeddings: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        truncate: bool,
+        attention_factor: Option<f32>,
+        mscale: Option<f32>,
+        mscale_all_dim: Option<f32>,
+    },
+}
+
+/// Typed configuration of a Llama-architecture decoder (TildeOpen and relatives).
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    /// Per-head width; `num_heads * head_dim` may differ from `hidden_size` (distilled models).
+    pub head_dim: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    pub rope_scaling: RopeScaling,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    /// transformers keeps the rotary `inv_freq` as a floating-point buffer, so a checkpoint
+    /// loaded in bfloat16 runs with `inv_freq` rounded to bf16 (even when later upcast to f32).
+    /// True for HF checkpoints whose dtype is bfloat16; the HF goldens depend on it.
+    pub inv_freq_bf16: bool,
+}
+
+fn get_usize(v: &Value, key: &str) -> Result<usize> {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .map(|x| x as usize)
+        .ok_or_else(|| Error::Unsupported(format!("config.json lacks integer field `{key}`")))
+}
+
+fn opt_f32(v: &Value, key: &str) -> Option<f32> {
+    v.get(key).and_then(Value::as_f64).map(|x| x as f32)
+}
+
+fn token_ids(v: Option<&Value>) -> Vec<u32> {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        _ => vec![],
+    }
+}
+
+impl ModelConfig {
+    /// Parses an HF `config.json` (transformers 4 layout with `rope_theta`/`rope_scaling`, or the
+    /// transformers 5 layout with `rope_parameters`).
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::corrupt("config.json", e.to_string()))?;
+        let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let archs: Vec<&str> = v
+            .get("architectures")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if model_type != "llama" && !archs.contains(&"LlamaForCausalLM") {
+            return Err(Error::Unsupported(format!(
+                "architecture {model_type:?} {archs:?}; only the Llama architecture (TildeOpen) is supported"
+            )));
+        }
+        for flag in ["attention_bias", "mlp_bias"] {
+            if v.get(flag).and_then(Value::as_bool) == Some(true) {
+                return Err(Error::Unsupported(format!("{flag} = true is not supported")));
+            }
+        }
+        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+            if act != "silu" {
+                return Err(Error::Unsupported(format!("hidden_act {act:?} (only silu)")));
+            }
+        }
+        let hidden_size = get_usize(&v, "hidden_size")?;
+        let num_heads = get_usize(&v, "num_attention_heads")?;
+        let head_dim = match v.get("head_dim").and_then(Value::as_u64) {
+            Some(h) => h as usize,
+            None => hidden_size / num_heads.max(1),
+        };
+        let rope_params = v.get("rope_parameters").filter(|p| p.is_object());
+        let rope_scaling_v = rope_params.or_else(|| v.get("rope_scaling").filter(|p| p.is_object()));
+        let rope_theta = rope_params
+            .and_then(|p| opt_f32(p, "rope_theta"))
+            .or_else(|| opt_f32(&v, "rope_theta"))
+            .unwrap_or(10000.0);
+        let max_position_embeddings = get_usize(&v, "max_position_embeddings").unwrap_or(4096);
+        let rope_scaling = match rope_scaling_v {
+            None => RopeScaling::None,
+            Some(s) => {
+                let ty = s
+                    .get("rope_type")
+                    .or_else(|| s.get("type"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("default");
+                match ty {
+                    "default" => RopeScaling::None,
+                    "linear" => RopeScaling::Linear {
+                        factor: opt_f32(s, "factor").ok_or_else(|| {
+                            Error::Unsupported("linear rope scaling without factor".into())
+                        })?,
+                    },
+                    "yarn" => {
+                        let mut factor = opt_f32(s, "factor").ok_or_else(|| {
+                            Error::Unsupported("yarn rope scaling without factor".into())
+                        })?;
+                        let original = s
+                            .get("original_max_position_embeddings")
+                            .and_then(Value::as_u64)
+                            .map(|x| x as usize);
+                        // transformers: with an explicit original length, the factor is the ratio of
+                        // the two context lengths.
+                        if let Some(o) = original {
+                            factor = max_position_embeddings as f32 / o as f32;
+                        }
+                        RopeScaling::Yarn {
+                            factor,
+                            original_max_position_embeddings: original.unwrap_or(max_position_embeddings),
+                            beta_fast: opt_f32(s, "beta_fast").unwrap_or(32.0),
+                            beta_slow: opt_f32(s, "beta_slow").unwrap_or(1.0),
+                            truncate: s.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+                            attention_factor: opt_f32(s, "attention_factor"),
+                            mscale: opt_f32(s, "mscale"),
+                            mscale_all_dim: opt_f32(s, "mscale_all_dim"),
+                        }
+                    }
+                    other => return Err(Error::Unsupported(format!("rope scaling type {other:?}"))),
+                }
+            }
+        };
+        let eos = token_ids(v.get("eos_token_id"));
+        let dtype = v.get("dtype").or_else(|| v.get("torch_dtype")).and_then(Value::as_str).unwrap_or("");
+        Ok(ModelConfig {
+            architecture: "llama".into(),
+            vocab_size: get_usize(&v, "vocab_size")?,
+            hidden_size,
+            intermediate_size: get_usize(&v, "intermediate_size")?,
+            num_layers: get_usize(&v, "num_hidden_layers")?,
+            num_heads,
+            num_kv_heads: get_usize(&v, "num_key_value_heads").unwrap_or(num_heads),
+            head_dim,
+            rms_norm_eps: opt_f32(&v, "rms_norm_eps").unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            max_position_embeddings,
+            tie_word_embeddings: v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
+            bos_token_id: token_ids(v.get("bos_token_id")).first().copied(),
+            eos_token_ids: eos,
+            inv_freq_bf16: dtype == "bfloat16",
+        }
+        .validated()?)
+    }
+
+    /// Checks the invariants the kernels rely on.
+    pub fn validated(self) -> Result<Self> {
+        let c = &self;
+        if c.hidden_size == 0 || c.num_layers == 0 || c.num_heads == 0 || c.vocab_size == 0 {
+            return Err(Error::Unsupported("zero-sized model dimension".into()));
+        }
+        if c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0 {
+            return Err(Error::Unsupported(format!(
+                "{} query heads are not a multiple of {} KV heads",
+                c.num_heads, c.num_kv_heads
+            )));
+        }
+        if c.head_dim % 2 != 0 || c.head_dim > 256 {
+            return Err(Error::Unsupported(format!("head_dim {} (must be even and <= 256)", c.head_dim)));
+        }
+        for (name, v) in [
+            ("hidden_size", c.hidden_size),
+            ("intermediate_size", c.intermediate_size),
+            ("num_heads * head_dim", c.num_heads * c.head_dim),
+        ] {
+            if v % 32 != 0 {
+                return Err(Error::Unsupported(format!("{name} = {v} is not a multiple of 32")));
+            }
+        }
+        Ok(self)
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Inverse frequencies (f32, as transformers computes them) and the attention factor that
+    /// multiplies cos and sin.
+    pub fn rope_inv_freq(&self) -> (Vec<f32>, f32) {
+        let (mut inv, attn) = self.rope_inv_freq_f32();
+        if self.inv_freq_bf16 {
+            inv.iter_mut().for_each(|f| *f = half::bf16::from_f32(*f).to_f32());
+        }
+        (inv, attn)
+    }
+
+    fn rope_inv_freq_f32(&self) -> (Vec<f32>, f32) {
+        let dim = self.head_dim;
+        let base = self.rope_theta as f64;
+        let half = dim / 2;
+        let pos_freqs: Vec<f32> = (0..half)
+            .map(|i| base.powf((2 * i) as f64 / dim as f64) as f32)
+            .collect();
+        match &self.rope_scaling {
+            RopeScaling::None => (pos_freqs.iter().map(|p| 1.0 / p).collect(), 1.0),
+            RopeScaling::Linear { factor } => (pos_freqs.iter().map(|p| 1.0 / p / factor).collect(), 1.0),
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                attention_factor,
+                mscale,
+                mscale_all_dim,
+            } => {
+                let factor = *factor as f64;
+                let get_mscale = |scale: f64, m: f64| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+                let attn = match attention_factor {
+                    Some(a) => *a as f64,
+                    None => match (mscale, mscale_all_dim) {
+                        (Some(m), Some(ma)) if *m != 0.0 && *ma != 0.0 => {
+                            get_mscale(factor, *m as f64) / get_mscale(factor, *ma as f64)
+                        }
+                        _ => get_mscale(factor, 1.0),
+                    },
+                };
+                let omax = *original_max_position_embeddings as f64;
+                let corr_dim = |rot: f64| {
+                    (dim as f64 * (omax / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln())
+                };
+                let (mut low, mut high) = (corr_dim(*beta_fast as f64), corr_dim(*beta_slow as f64));
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let low = low.max(0.0) as f32;
+                let mut high = high.min(dim as f64 - 1.0) as f32;
+                if low == high {
+                    high += 0.001;
+                }
+                let inv: Vec<f32> = (0..half)
+                    .map(|i| {
+                        let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extra_factor = 1.0 - ramp;
+                        let extra = 1.0 / pos_freqs[i];
+                        let inter = 1.0 / (factor as f32 * pos_freqs[i]);
+                        inter * (1.0 - extra_factor) + extra * extra_factor
+                    })
+                    .collect();
+                (inv, attn as f32)
+            }
+        }
+    }
+}
+
+/// cos/sin rows for positions `pos0..pos0+n`, laid out `[n][head_dim/2]` as interleaved
+/// (cos, sin) pairs, already multiplied by the attention factor. Computed on the CPU so the
+/// angle is rounded exactly as transformers rounds it (f32 product) whatever the GPU's sin is.
+pub fn rope_table(inv_freq: &[f32], attention_factor: f32, pos0: usize, n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * inv_freq.len() * 2);
+    for p in pos0..pos0 + n {
+        let pf = p as f32;
+        for &f in inv_freq {
+            let angle = (f * pf) as f64;
+            out.push((angle.cos() as f32) * attention_factor);
+            out.push((angle.sin() as f32) * attention_factor);
+        }
+    }
+    out
+}

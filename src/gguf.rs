@@ -1,0 +1,260 @@
+//! GGUF v2/v3 parsing: header, metadata and tensor directory. Tensor data stays where it is and
+//! is read tensor by tensor by the loader.
+
+use crate::config::{ModelConfig, RopeScaling};
+use crate::error::{Error, Result};
+use crate::quant::GgmlType;
+use std::collections::HashMap;
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+    Str(String),
+    Array(Vec<Value>),
+}
+
+impl Value {
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::U64(v) => Some(*v),
+            Value::I64(v) if *v >= 0 => Some(*v as u64),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::F64(v) => Some(*v),
+            Value::U64(v) => Some(*v as f64),
+            Value::I64(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of the tensor directory.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    pub name: String,
+    /// GGUF order: `dims[0]` is the contiguous (column) dimension.
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Absolute byte offset in the file.
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// A parsed GGUF header.
+#[derive(Debug, Clone)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: HashMap<String, Value>,
+    pub tensors: Vec<TensorInfo>,
+    pub data_offset: u64,
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+    path: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.b.len() - self.pos < n {
+            return Err(Error::corrupt(self.path, "truncated GGUF header"));
+        }
+        let s = &self.b[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn string(&mut self) -> Result<String> {
+        let n = self.u64()?;
+        if n > (1 << 30) {
+            return Err(Error::corrupt(self.path, format!("string length {n} is implausible")));
+        }
+        let s = self.take(n as usize)?;
+        String::from_utf8(s.to_vec()).map_err(|_| Error::corrupt(self.path, "metadata string is not UTF-8"))
+    }
+    fn value(&mut self, ty: u32, depth: u32) -> Result<Value> {
+        Ok(match ty {
+            0 => Value::U64(self.take(1)?[0] as u64),
+            1 => Value::I64(self.take(1)?[0] as i8 as i64),
+            2 => Value::U64(u16::from_le_bytes(self.take(2)?.try_into().unwrap()) as u64),
+            3 => Value::I64(i16::from_le_bytes(self.take(2)?.try_into().unwrap()) as i64),
+            4 => Value::U64(self.u32()? as u64),
+            5 => Value::I64(self.u32()? as i32 as i64),
+            6 => Value::F64(f32::from_le_bytes(self.take(4)?.try_into().unwrap()) as f64),
+            7 => Value::Bool(self.take(1)?[0] != 0),
+            8 => Value::Str(self.string()?),
+            9 => {
+                if depth > 2 {
+                    return Err(Error::corrupt(self.path, "nested arrays too deep"));
+                }
+                let et = self.u32()?;
+                let n = self.u64()?;
+                if n > (self.b.len() - self.pos) as u64 {
+                    return Err(Error::corrupt(self.path, "truncated GGUF header (array)"));
+                }
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    v.push(self.value(et, depth + 1)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(self.u64()? as i64),
+            12 => Value::F64(f64::from_le_bytes(self.take(8)?.try_into().unwrap())),
+            t => return Err(Error::corrupt(self.path, format!("unknown metadata value type {t}"))),
+        })
+    }
+}
+
+impl Gguf {
+    /// Parses the header from the first bytes of a file of `file_len` bytes. `bytes` may be the
+    /// whole file (memory-mapped) or just a prefix; a prefix too short gives a "truncated" error.
+    pub fn parse(bytes: &[u8], file_len: u64, path: &str) -> Result<Self> {
+        let mut r = Reader { b: bytes, pos: 0, path };
+        if r.take(4).map_err(|_| Error::corrupt(path, "file too short to be GGUF"))? != b"GGUF" {
+            return Err(Error::corrupt(path, "not a GGUF file (bad magic)"));
+        }
+        let version = r.u32()?;
+        if !(2..=3).contains(&version) {
+            return Err(Error::Unsupported(format!("GGUF version {version} (2 and 3 are supported)")));
+        }
+        let n_tensors = r.u64()?;
+        let n_kv = r.u64()?;
+        if n_tensors > 1 << 20 || n_kv > 1 << 20 {
+            return Err(Error::corrupt(path, "implausible tensor or metadata count"));
+        }
+        let mut metadata = HashMap::new();
+        for _ in 0..n_kv {
+            let k = r.string()?;
+            let t = r.u32()?;
+            let v = r.value(t, 0)?;
+            metadata.insert(k, v);
+        }
+        let align = metadata.get("general.alignment").and_then(Value::as_u64).unwrap_or(32).max(1);
+        let mut raw = Vec::with_capacity(n_tensors as usize);
+        for _ in 0..n_tensors {
+            let name = r.string()?;
+            let nd = r.u32()?;
+            if nd == 0 || nd > 4 {
+                return Err(Error::corrupt(path, format!("tensor {name} has {nd} dimensions")));
+            }
+            let dims = (0..nd).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+            let ty_id = r.u32()?;
+            let off = r.u64()?;
+            raw.push((name, dims, ty_id, off));
+        }
+        let data_offset = (r.pos as u64).div_ceil(align) * align;
+        let mut tensors = Vec::with_capacity(raw.len());
+        for (name, dims, ty_id, off) in raw {
+            let ty = GgmlType::from_gguf(ty_id).map_err(|e| Error::Unsupported(format!("{name}: {e}")))?;
+            let n: u64 = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| {
+                Error::corrupt(path, format!("tensor {name} dimensions overflow"))
+            })?;
+            if n % ty.block_elems() as u64 != 0 || dims[0] % ty.block_elems() as u64 != 0 {
+                return Err(Error::corrupt(path, format!("tensor {name}: rows are not whole {} blocks", ty.name())));
+            }
+            let size = n / ty.block_elems() as u64 * ty.block_bytes() as u64;
+            let offset = data_offset + off;
+            if offset.checked_add(size).is_none_or(|end| end > file_len) {
+                return Err(Error::corrupt(
+                    path,
+                    format!("tensor {name} ends past the end of the file (truncated download?)"),
+                ));
+            }
+            tensors.push(TensorInfo { name, dims, ty, offset, size });
+        }
+        Ok(Gguf { version, metadata, tensors, data_offset })
+    }
+
+    pub fn get(&self, k: &str) -> Option<&Value> {
+        self.metadata.get(k)
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The model configuration from `llama.*` metadata.
+    pub fn config(&self) -> Result<ModelConfig> {
+        let arch = self.get("general.architecture").and_then(Value::as_str).unwrap_or("");
+        if arch != "llama" {
+            return Err(Error::Unsupported(format!(
+                "architecture {arch:?}; only llama (TildeOpen, SmolLM2, ...) is supported"
+            )));
+        }
+        let u = |k: &str| -> Result<usize> {
+            self.get(&format!("llama.{k}"))
+                .and_then(Value::as_u64)
+                .map(|v| v as usize)
+                .ok_or_else(|| Error::Unsupported(format!("GGUF lacks llama.{k}")))
+        };
+        let f = |k: &str| self.get(&format!("llama.{k}")).and_then(Value::as_f64);
+        let hidden = u("embedding_length")?;
+        let heads = u("attention.head_count")?;
+        let embd = self
+            .tensor("token_embd.weight")
+            .ok_or_else(|| Error::Unsupported("GGUF has no token_embd.weight".into()))?;
+        let vocab = match u("vocab_size") {
+            Ok(v) => v,
+            Err(_) => embd.dims.get(1).copied().unwrap_or(0) as usize,
+        };
+        let ctx = u("context_length").unwrap_or(4096);
+        let scaling = match self.get("llama.rope.scaling.type").and_then(Value::as_str) {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear { factor: f("rope.scaling.factor").unwrap_or(1.0) as f32 },
+            Some("yarn") => {
+                let orig = u("rope.scaling.original_context_length").unwrap_or(ctx);
+                RopeScaling::Yarn {
+                    factor: ctx as f32 / orig as f32,
+                    original_max_position_embeddings: orig,
+                    beta_fast: f("rope.scaling.yarn_beta_fast").unwrap_or(32.0) as f32,
+                    beta_slow: f("rope.scaling.yarn_beta_slow").unwrap_or(1.0) as f32,
+                    truncate: true,
+                    attention_factor: f("rope.scaling.attn_factor").filter(|a| *a != 0.0 && *a != 1.0).map(|a| a as f32),
+                    mscale: None,
+                    mscale_all_dim: None,
+                }
+            }
+            Some(other) => return Err(Error::Unsupported(format!("rope scaling type {other:?}"))),
+        };
+        let tok = |k: &str| self.get(&format!("tokenizer.ggml.{k}")).and_then(Value::as_u64).map(|v| v as u32);
+        ModelConfig {
+            architecture: arch.into(),
+            vocab_size: vocab,
+            hidden_size: hidden,
+            intermediate_size: u("feed_forward_length")?,
+            num_layers: u("block_count")?,
+            num_heads: heads,
+            num_kv_heads: u("attention.head_count_kv").unwrap_or(heads),
+            head_dim: u("attention.key_length").unwrap_or(hidden / heads.max(1)),
+            rms_norm_eps: f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+            rope_theta: f("rope.freq_base").unwrap_or(10000.0) as f32,
+            rope_scaling: scaling,
+            max_position_embeddings: ctx,
+            tie_word_embeddings: self.tensor("output.weight").is_none(),
+            bos_token_id: tok("bos_token_id"),
+            eos_token_ids: tok("eos_token_id").into_iter().collect(),
+            inv_freq_bf16: false,
+        }
+        .validated()
+    }
+}

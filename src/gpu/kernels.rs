@@ -1,0 +1,164 @@
+//! The WGSL kernels (one per file in `shaders/`), their bind group layouts and pipelines.
+//! Weight-reading kernels are linked with `bytes.wgsl` and the weight type's `dequant8`;
+//! variants (accumulate into the output, f16 or f32 KV cache) are `override` constants.
+
+use crate::quant::GgmlType;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// A binding's kind, in binding order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    Ro,
+    Rw,
+    Uniform,
+}
+
+/// Which kernel, with the variant that selects its pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    MatVec { ty: GgmlType, acc: bool },
+    MatMul { ty: GgmlType, acc: bool },
+    Embed { ty: GgmlType },
+    RmsNorm,
+    Rope,
+    KvStore { f16: bool },
+    Attention { f16: bool },
+    SwiGlu,
+    Argmax,
+}
+
+impl Kernel {
+    pub fn slots(self) -> &'static [Slot] {
+        use Slot::*;
+        match self {
+            Kernel::MatVec { .. } | Kernel::MatMul { .. } | Kernel::Embed { .. } | Kernel::RmsNorm => {
+                &[Ro, Ro, Rw, Uniform, Uniform]
+            }
+            Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
+            Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Uniform, Uniform],
+            Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Uniform, Uniform],
+        }
+    }
+
+    fn source(self) -> String {
+        const BYTES: &str = include_str!("../../shaders/bytes.wgsl");
+        const KSCALE: &str = include_str!("../../shaders/quant/kscale.wgsl");
+        let with_weights = |ty: GgmlType, body: &str| {
+            let ks = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { KSCALE } else { "" };
+            format!("{BYTES}\n{ks}\n{}\n{body}", ty.wgsl())
+        };
+        match self {
+            Kernel::MatVec { ty, .. } => with_weights(ty, include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatMul { ty, .. } => with_weights(ty, include_str!("../../shaders/matmul.wgsl")),
+            Kernel::Embed { ty } => with_weights(ty, include_str!("../../shaders/embed.wgsl")),
+            Kernel::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl").into(),
+            Kernel::Rope => include_str!("../../shaders/rope.wgsl").into(),
+            Kernel::KvStore { .. } => include_str!("../../shaders/kv_store.wgsl").into(),
+            Kernel::Attention { .. } => include_str!("../../shaders/attention.wgsl").into(),
+            Kernel::SwiGlu => include_str!("../../shaders/swiglu.wgsl").into(),
+            Kernel::Argmax => include_str!("../../shaders/argmax.wgsl").into(),
+        }
+    }
+
+    fn constants(self) -> Vec<(&'static str, f64)> {
+        match self {
+            Kernel::MatVec { acc, .. } | Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
+            Kernel::KvStore { f16 } | Kernel::Attention { f16 } => vec![("KV_F16", f16 as u8 as f64)],
+            _ => vec![],
+        }
+    }
+}
+
+/// Pipelines built on first use and kept for the model's lifetime.
+pub struct Kernels {
+    device: wgpu::Device,
+    layouts: RefCell<HashMap<&'static [Slot], wgpu::BindGroupLayout>>,
+    pipelines: RefCell<HashMap<Kernel, wgpu::ComputePipeline>>,
+}
+
+impl Kernels {
+    pub fn new(device: &wgpu::Device) -> Self {
+        Kernels { device: device.clone(), layouts: Default::default(), pipelines: Default::default() }
+    }
+
+    pub fn layout(&self, slots: &'static [Slot]) -> wgpu::BindGroupLayout {
+        self.layouts
+            .borrow_mut()
+            .entry(slots)
+            .or_insert_with(|| {
+                let entries: Vec<_> = slots
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| wgpu::BindGroupLayoutEntry {
+                        binding: i as u32,
+                        visibility: wgpu::ShaderStages::COMPUTE,
+                        ty: match s {
+                            Slot::Ro => wgpu::BindingType::Buffer {
+                                ty: wgpu::BufferBindingType::Storage { read_only: true },
+                                has_dynamic_offset: false,
+                                min_binding_size: None,
+                            },
+                            Slot::Rw => wgpu::BindingType::Buffer {
+                                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                                has_dynamic_offset: false,
+                                min_binding_size: None,
+                            },
+                            Slot::Uniform => wgpu::BindingType::Buffer {
+                                ty: wgpu::BufferBindingType::Uniform,
+                                has_dynamic_offset: false,
+                                min_binding_size: None,
+                            },
+                        },
+                        count: None,
+                    })
+                    .collect();
+                self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: None,
+                    entries: &entries,
+                })
+            })
+            .clone()
+    }
+
+    pub fn pipeline(&self, k: Kernel) -> wgpu::ComputePipeline {
+        if let Some(p) = self.pipelines.borrow().get(&k) {
+            return p.clone();
+        }
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(&format!("{k:?}")),
+            source: wgpu::ShaderSource::Wgsl(k.source().into()),
+        });
+        let bgl = self.layout(k.slots());
+        let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&bgl)],
+            immediate_size: 0,
+        });
+        let constants = k.constants();
+        let p = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(&format!("{k:?}")),
+            layout: Some(&layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: wgpu::PipelineCompilationOptions {
+                constants: &constants,
+                zero_initialize_workgroup_memory: false,
+            },
+            cache: None,
+        });
+        self.pipelines.borrow_mut().insert(k, p.clone());
+        p
+    }
+
+    /// A bind group for kernel `k` over `buffers` in binding order.
+    pub fn bind(&self, k: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let layout = self.layout(k.slots());
+        let entries: Vec<_> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries })
+    }
+}

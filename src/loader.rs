@@ -1,0 +1,275 @@
+//! Model files on disk (native): GGUF files and HF checkpoint directories, read tensor by tensor
+//! from memory maps so the host never holds a second copy of the model.
+
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::quant::{self, GgmlType};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// What HF checkpoints are converted to at load time (GGUF tensors keep their own types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    Q8_0,
+    Q4_0,
+    F16,
+    BF16,
+}
+
+impl WeightFormat {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "q8_0" | "q8" => Self::Q8_0,
+            "q4_0" | "q4" => Self::Q4_0,
+            "f16" => Self::F16,
+            "bf16" => Self::BF16,
+            _ => return Err(Error::Input(format!("unknown weight format {s:?} (q8_0, q4_0, f16, bf16)"))),
+        })
+    }
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::F16 => GgmlType::F16,
+            Self::BF16 => GgmlType::BF16,
+        }
+    }
+}
+
+/// A weight matrix on the host, in a GPU-ready layout: `rows` rows of `cols` elements of `ty`.
+pub struct HostTensor<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Cow<'a, [u8]>,
+}
+
+impl HostTensor<'_> {
+    /// All elements as f32 (used for the small norm vectors).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut v = Vec::with_capacity(self.rows * self.cols);
+        quant::dequantize_row(self.ty, &self.data, &mut v);
+        v
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.display().to_string(), source }
+}
+
+fn mmap(path: &Path) -> Result<memmap2::Mmap> {
+    let f = std::fs::File::open(path).map_err(io_err(path))?;
+    // SAFETY: the file is opened read-only; we never write through the mapping. A file truncated
+    // by another process while mapped is the documented hazard of memory maps.
+    unsafe { memmap2::Mmap::map(&f) }.map_err(io_err(path))
+}
+
+/// A model on disk.
+pub enum ModelFiles {
+    Gguf { path: PathBuf, map: memmap2::Mmap, gguf: Gguf },
+    Hf(HfDir),
+}
+
+/// An HF checkpoint directory: config.json plus one or more safetensors files.
+pub struct HfDir {
+    pub dir: PathBuf,
+    pub config_text: String,
+    shards: Vec<(PathBuf, memmap2::Mmap)>,
+    /// tensor name -> shard index
+    index: HashMap<String, usize>,
+    pub format: WeightFormat,
+}
+
+impl ModelFiles {
+    /// Opens a GGUF file or an HF checkpoint directory.
+    pub fn open(path: &Path, hf_format: WeightFormat) -> Result<Self> {
+        let meta = std::fs::metadata(path).map_err(io_err(path))?;
+        if meta.is_dir() {
+            return Ok(ModelFiles::Hf(HfDir::open(path, hf_format)?));
+        }
+        let map = mmap(path)?;
+        let gguf = Gguf::parse(&map, map.len() as u64, &path.display().to_string())?;
+        Ok(ModelFiles::Gguf { path: path.to_path_buf(), map, gguf })
+    }
+
+    pub fn config(&self) -> Result<ModelConfig> {
+        match self {
+            ModelFiles::Gguf { gguf, .. } => gguf.config(),
+            ModelFiles::Hf(h) => ModelConfig::from_hf_json(&h.config_text),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            ModelFiles::Gguf { path, .. } => path,
+            ModelFiles::Hf(h) => &h.dir,
+        }
+    }
+
+    /// Whether a tensor (GGUF naming) exists.
+    pub fn has(&self, name: &str) -> bool {
+        match self {
+            ModelFiles::Gguf { gguf, .. } => gguf.tensor(name).is_some(),
+            ModelFiles::Hf(h) => h.index.contains_key(&hf_name(name)),
+        }
+    }
+
+    /// Reads one tensor by its GGUF name (`blk.3.attn_q.weight`), checks its shape against
+    /// `[rows, cols]`, and returns it in a GPU-ready layout. Q and K come back in HF row order
+    /// (llama.cpp's row permutation undone) so one rotation convention serves both formats.
+    pub fn tensor(&self, name: &str, rows: usize, cols: usize, cfg: &ModelConfig) -> Result<HostTensor<'_>> {
+        let t = match self {
+            ModelFiles::Gguf { path, map, gguf } => {
+                let info = gguf
+                    .tensor(name)
+                    .ok_or_else(|| Error::Shape(format!("GGUF {} lacks tensor {name}", path.display())))?;
+                let (c, r) = (info.dims[0] as usize, info.dims.iter().skip(1).product::<u64>() as usize);
+                if (r, c) != (rows, cols) {
+                    return Err(Error::Shape(format!("{name} is {r}x{c}, expected {rows}x{cols}")));
+                }
+                let data = &map[info.offset as usize..(info.offset + info.size) as usize];
+                let heads = if name.ends_with("attn_q.weight") {
+                    Some(cfg.num_heads)
+                } else if name.ends_with("attn_k.weight") {
+                    Some(cfg.num_kv_heads)
+                } else {
+                    None
+                };
+                let data = match heads {
+                    Some(h) => Cow::Owned(unpermute_rows(data, rows, h)?),
+                    None => Cow::Borrowed(data),
+                };
+                HostTensor { ty: info.ty, rows, cols, data }
+            }
+            ModelFiles::Hf(h) => h.tensor(name, rows, cols)?,
+        };
+        Ok(t)
+    }
+}
+
+/// llama.cpp stores row `h*d + 2i + s` of a head where HF has row `h*d + s*d/2 + i`.
+fn unpermute_rows(data: &[u8], rows: usize, heads: usize) -> Result<Vec<u8>> {
+    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+        return Err(Error::Shape(format!("{rows} Q/K rows do not split into {heads} heads")));
+    }
+    let rb = data.len() / rows;
+    let d = rows / heads;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..heads {
+        for i in 0..d / 2 {
+            for s in 0..2 {
+                let src = h * d + 2 * i + s;
+                let dst = h * d + s * (d / 2) + i;
+                out[dst * rb..(dst + 1) * rb].copy_from_slice(&data[src * rb..(src + 1) * rb]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// GGUF tensor name -> HF tensor name.
+fn hf_name(gguf: &str) -> String {
+    match gguf {
+        "token_embd.weight" => "model.embed_tokens.weight".into(),
+        "output_norm.weight" => "model.norm.weight".into(),
+        "output.weight" => "lm_head.weight".into(),
+        _ => {
+            let rest = gguf.strip_prefix("blk.").unwrap_or(gguf);
+            let (layer, t) = rest.split_once('.').unwrap_or(("0", rest));
+            let hf = match t {
+                "attn_norm.weight" => "input_layernorm.weight",
+                "attn_q.weight" => "self_attn.q_proj.weight",
+                "attn_k.weight" => "self_attn.k_proj.weight",
+                "attn_v.weight" => "self_attn.v_proj.weight",
+                "attn_output.weight" => "self_attn.o_proj.weight",
+                "ffn_norm.weight" => "post_attention_layernorm.weight",
+                "ffn_gate.weight" => "mlp.gate_proj.weight",
+                "ffn_up.weight" => "mlp.up_proj.weight",
+                "ffn_down.weight" => "mlp.down_proj.weight",
+                other => other,
+            };
+            format!("model.layers.{layer}.{hf}")
+        }
+    }
+}
+
+impl HfDir {
+    fn open(dir: &Path, format: WeightFormat) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let config_text = std::fs::read_to_string(&cfg_path).map_err(io_err(&cfg_path))?;
+        let index_path = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index_path.exists() {
+            let text = std::fs::read_to_string(&index_path).map_err(io_err(&index_path))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::corrupt(index_path.display().to_string(), e.to_string()))?;
+            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
+                Error::corrupt(index_path.display().to_string(), "no weight_map object")
+            })?;
+            let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+            names.sort();
+            names.dedup();
+            names.iter().map(|n| dir.join(n)).collect()
+        } else {
+            vec![dir.join("model.safetensors")]
+        };
+        let mut shards = Vec::new();
+        let mut index = HashMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let map = mmap(f)?;
+            let (_, meta) = safetensors::SafeTensors::read_metadata(&map)
+                .map_err(|e| Error::corrupt(f.display().to_string(), e.to_string()))?;
+            // Validate offsets against the real file size (a header that lies about sizes).
+            safetensors::SafeTensors::deserialize(&map)
+                .map_err(|e| Error::corrupt(f.display().to_string(), e.to_string()))?;
+            for name in meta.tensors().keys() {
+                index.insert(name.clone(), i);
+            }
+            shards.push((f.clone(), map));
+        }
+        Ok(HfDir { dir: dir.to_path_buf(), config_text, shards, index, format })
+    }
+
+    fn tensor(&self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
+        let hf = hf_name(name);
+        let &i = self
+            .index
+            .get(&hf)
+            .ok_or_else(|| Error::Shape(format!("checkpoint {} lacks tensor {hf}", self.dir.display())))?;
+        let (path, map) = &self.shards[i];
+        let st = safetensors::SafeTensors::deserialize(map)
+            .map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
+        let view = st.tensor(&hf).map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
+        let shape = view.shape();
+        let (r, c) = match shape {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            _ => return Err(Error::Shape(format!("{hf} has shape {shape:?}"))),
+        };
+        if (r, c) != (rows, cols) {
+            return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
+        }
+        let src_ty = match view.dtype() {
+            safetensors::Dtype::BF16 => GgmlType::BF16,
+            safetensors::Dtype::F16 => GgmlType::F16,
+            safetensors::Dtype::F32 => GgmlType::F32,
+            d => return Err(Error::Unsupported(format!("{hf}: safetensors dtype {d:?} (bf16, f16, f32)"))),
+        };
+        let data = view.data();
+        // Vectors (norms) stay as they are; matrices become the requested format.
+        let target = if rows == 1 { src_ty } else { self.format.ggml() };
+        if target == src_ty {
+            return Ok(HostTensor { ty: src_ty, rows, cols, data: Cow::Borrowed(data) });
+        }
+        let mut out = Vec::with_capacity(rows * target.row_bytes(cols)?);
+        let mut row = Vec::with_capacity(cols);
+        let rb = src_ty.row_bytes(cols)?;
+        for r in data.chunks_exact(rb) {
+            row.clear();
+            quant::dequantize_row(src_ty, r, &mut row);
+            out.extend_from_slice(&quant::quantize(target, &row)?);
+        }
+        Ok(HostTensor { ty: target, rows, cols, data: Cow::Owned(out) })
+    }
+}
