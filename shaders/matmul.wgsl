@@ -1,6 +1,7 @@
 // Y[t, n] (+)= sum_k X[t, k] * W[n, k] for many tokens (prefill): 64x64 output tiles, K in
-// steps of 32 staged in workgroup memory (weights dequantized once per tile), each of the 256
-// threads accumulating a 4x4 block in f32. Prepended: bytes.wgsl and the weight type's dequant8.
+// steps of 32 staged in workgroup memory (weights dequantized once per tile and shared by 64
+// tokens), each of the 256 threads accumulating a 4x4 block in f32 from vec4 loads.
+// Prepended: bytes.wgsl and the weight type's dequant8.
 
 struct MatParams {
     n: u32,
@@ -24,27 +25,26 @@ struct Step {
 
 override ACCUMULATE: bool = false;
 
-const BN: u32 = 64u;
-const BT: u32 = 64u;
 const BK: u32 = 32u;
-const PAD: u32 = 33u;
-var<workgroup> ws: array<f32, 2112>; // BN * PAD
-var<workgroup> xs: array<f32, 2112>; // BT * PAD
+// ws[k * 16 + r] holds rows 4r..4r+3 of the tile at column k; xs likewise for tokens.
+var<workgroup> ws: array<vec4<f32>, 512>;
+var<workgroup> xs: array<vec4<f32>, 512>;
+
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_index) lid: u32,
         @builtin(workgroup_id) wid: vec3<u32>) {
-    let n0 = wid.x * BN;
-    let t0 = wid.y * BT;
+    let n0 = wid.x * 64u;
+    let t0 = wid.y * 64u;
     let lr = lid / 4u;        // tile row this thread loads (0..64)
     let lk = (lid % 4u) * 8u; // its 8 columns within the K step
-    var acc: array<array<f32, 4>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            acc[i][j] = 0.0;
-        }
+    var acc: array<vec4<f32>, 4>; // acc[j][i]: token 4*l.y + j, row 4*l.x + i
+    for (var j = 0u; j < 4u; j++) {
+        acc[j] = vec4<f32>(0.0);
     }
     let kq = p.k >> 2u;
+    let slot = lr / 4u;
+    let comp = lr % 4u;
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         var w = F8(vec4<f32>(0.0), vec4<f32>(0.0));
         if (n0 + lr < p.n) {
@@ -57,37 +57,35 @@ fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_in
             xa = X[xi];
             xb = X[xi + 1u];
         }
-        let o = lr * PAD + lk;
-        ws[o] = w.a.x; ws[o + 1u] = w.a.y; ws[o + 2u] = w.a.z; ws[o + 3u] = w.a.w;
-        ws[o + 4u] = w.b.x; ws[o + 5u] = w.b.y; ws[o + 6u] = w.b.z; ws[o + 7u] = w.b.w;
-        xs[o] = xa.x; xs[o + 1u] = xa.y; xs[o + 2u] = xa.z; xs[o + 3u] = xa.w;
-        xs[o + 4u] = xb.x; xs[o + 5u] = xb.y; xs[o + 6u] = xb.z; xs[o + 7u] = xb.w;
+        for (var c = 0u; c < 4u; c++) {
+            ws[(lk + c) * 16u + slot][comp] = w.a[c];
+            ws[(lk + 4u + c) * 16u + slot][comp] = w.b[c];
+            xs[(lk + c) * 16u + slot][comp] = xa[c];
+            xs[(lk + 4u + c) * 16u + slot][comp] = xb[c];
+        }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
-            var wv: array<f32, 4>;
-            var xv: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                wv[i] = ws[(l.x + 16u * i) * PAD + kk];
-                xv[i] = xs[(l.y + 16u * i) * PAD + kk];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i][j] = fma(wv[i], xv[j], acc[i][j]);
-                }
-            }
+            let wv = ws[kk * 16u + l.x];
+            let xv = xs[kk * 16u + l.y];
+            acc[0] = fma(wv, vec4<f32>(xv.x), acc[0]);
+            acc[1] = fma(wv, vec4<f32>(xv.y), acc[1]);
+            acc[2] = fma(wv, vec4<f32>(xv.z), acc[2]);
+            acc[3] = fma(wv, vec4<f32>(xv.w), acc[3]);
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let n = n0 + l.x + 16u * i;
-        for (var j = 0u; j < 4u; j++) {
-            let t = t0 + l.y + 16u * j;
-            if (n < p.n && t < step.t) {
-                let o = t * p.out_stride + p.out_off + n;
-                if (ACCUMULATE) {
-                    Y[o] += acc[i][j];
-                } else {
-                    Y[o] = acc[i][j];
+    for (var j = 0u; j < 4u; j++) {
+        let t = t0 + 4u * l.y + j;
+        if (t < step.t) {
+            for (var i = 0u; i < 4u; i++) {
+                let n = n0 + 4u * l.x + i;
+                if (n < p.n) {
+                    let o = t * p.out_stride + p.out_off + n;
+                    if (ACCUMULATE) {
+                        Y[o] += acc[j][i];
+                    } else {
+                        Y[o] = acc[j][i];
+                    }
                 }
             }
         }

@@ -1,6 +1,7 @@
-// y[n] (+)= dot(W[n, :], x): one token (decode). 32 threads share a row, each dequantizing 8
-// consecutive weights per step (coalesced across the row), then a workgroup tree reduction.
-// Prepended: bytes.wgsl and the weight type's dequant8.
+// y[n] (+)= dot(W[n, :], x): one token (decode). LANES threads share a row, each taking whole
+// 32-element blocks in turn (adjacent threads read adjacent blocks), then one barrier and a
+// per-row sum of the LANES partials. The engine picks LANES so each thread gets about four
+// blocks (32 for wide rows); a 256-thread workgroup covers 256 / LANES rows. Prepended: bytes.wgsl and the weight type's dot32.
 
 struct MatParams {
     n: u32,          // rows in this weight chunk
@@ -24,8 +25,8 @@ struct Step {
 
 override ACCUMULATE: bool = false;
 
-const ROWS: u32 = 8u;
-const LANES: u32 = 32u;
+override LANES: u32 = 32u;
+override ROWS: u32 = 256u / LANES;
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
@@ -37,25 +38,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     var acc = 0.0;
     if (row < p.n) {
         let rb = row * p.row_bytes;
-        for (var e = lane * 8u; e < p.k; e += LANES * 8u) {
-            let w = dequant8(rb, e);
-            acc += dot(w.a, X[e >> 2u]) + dot(w.b, X[(e >> 2u) + 1u]);
+        for (var u = lane; u < p.k / 32u; u += LANES) {
+            acc += dot32(rb, u * 32u, u * 8u);
         }
     }
     red[lid] = acc;
     workgroupBarrier();
-    for (var s = LANES / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
+    // One barrier, then the first lane of each row sums its 32 partials.
     if (lane == 0u && row < p.n) {
+        var total = 0.0;
+        for (var i = 0u; i < LANES; i++) {
+            total += red[lid + i];
+        }
         let o = p.out_off + row;
         if (ACCUMULATE) {
-            Y[o] += red[lid];
+            Y[o] += total;
         } else {
-            Y[o] = red[lid];
+            Y[o] = total;
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::config::rope_table;
 use crate::error::{Error, Result};
-use crate::gpu::kernels::Kernel;
+use crate::gpu::kernels::{matvec_lanes, Kernel};
 use crate::model::{GpuMatrix, Model};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,8 +28,8 @@ impl Default for SessionOptions {
 
 #[derive(Clone, Copy)]
 enum Dispatch {
-    /// Matrix with `n` rows: matvec for one token, tiled matmul for more.
-    Mat { n: u32 },
+    /// Matrix with `n` rows: matvec (`lanes` threads a row) for one token, tiled matmul for more.
+    Mat { n: u32, lanes: u32 },
     Embed { k: u32 },
     PerToken,
     Threads { per_token: u32 },
@@ -38,6 +38,8 @@ enum Dispatch {
 }
 
 struct Op {
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    name: &'static str,
     pipeline: wgpu::ComputePipeline,
     /// The one-token pipeline of a matrix op.
     matvec: Option<wgpu::ComputePipeline>,
@@ -58,8 +60,8 @@ fn split(wgs: u32) -> (u32, u32) {
 impl Op {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32) {
         let (pipe, (x, y)) = match self.dispatch {
-            Dispatch::Mat { n } if t == 1 => (self.matvec.as_ref().unwrap(), split(n.div_ceil(8))),
-            Dispatch::Mat { n } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
+            Dispatch::Mat { n, lanes } if t == 1 => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes))),
+            Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
             Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
             Dispatch::PerToken => (&self.pipeline, (t, 1)),
             Dispatch::Threads { per_token } => (&self.pipeline, split((t * per_token).div_ceil(64))),
@@ -89,6 +91,7 @@ pub struct Session<'m> {
     argmax: wgpu::Buffer,
     body: Vec<Op>,
     head: Vec<Op>,
+    profile: Option<HashMap<&'static str, f64>>,
 }
 
 fn u32s(v: &[u32]) -> Vec<u8> {
@@ -148,6 +151,7 @@ impl<'m> Session<'m> {
         let mut body = Vec::new();
         let mut head = Vec::new();
         let op = |k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch| Op {
+            name: k.name(),
             pipeline: ks.pipeline(k),
             matvec: None,
             bind: ks.bind(k, bufs),
@@ -157,12 +161,14 @@ impl<'m> Session<'m> {
             for ch in &m.chunks {
                 let p = param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
                 let mm = Kernel::MatMul { ty: m.ty, acc };
-                let mv = Kernel::MatVec { ty: m.ty, acc };
+                let lanes = matvec_lanes(m.cols);
+                let mv = Kernel::MatVec { ty: m.ty, acc, lanes };
                 out.push(Op {
+                    name: mm.name(),
                     pipeline: ks.pipeline(mm),
                     matvec: Some(ks.pipeline(mv)),
                     bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
-                    dispatch: Dispatch::Mat { n: ch.rows },
+                    dispatch: Dispatch::Mat { n: ch.rows, lanes },
                 });
             }
         };
@@ -205,7 +211,7 @@ impl<'m> Session<'m> {
         mat_ops(&mut head, model.lm_head(), &xout, &logits, false, c.vocab_size as u32, &step_out);
         let am_p = param(u32s(&[c.vocab_size as u32]));
         head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
-        Ok(Session { model, opts, pos: 0, max_t, max_out, step, step_out, tokens, rope, xb, xout, logits, argmax, body, head })
+        Ok(Session { model, opts, pos: 0, max_t, max_out, step, step_out, tokens, rope, xb, xout, logits, argmax, body, head, profile: None })
     }
 
     /// Tokens already in the KV cache.
@@ -244,6 +250,39 @@ impl<'m> Session<'m> {
     }
 
     /// Runs one forward pass over at most `max_t` tokens, keeping the logits of the last `n_out`.
+    /// Per-kernel GPU time (seconds, by kernel name) when profiling is on: each op is then
+    /// submitted and waited for on its own, which is slow; for `bench --profile` only.
+    pub fn enable_profile(&mut self) {
+        self.profile = Some(Default::default());
+    }
+
+    pub fn profile(&self) -> Option<&HashMap<&'static str, f64>> {
+        self.profile.as_ref()
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn run_profiled(&mut self, t: u32, n_out: u32, xcopy: (u64, u64)) {
+        let gpu = &self.model.gpu;
+        let prof = self.profile.as_mut().unwrap();
+        let time = |prof: &mut HashMap<&'static str, f64>, name, f: &dyn Fn(&mut wgpu::CommandEncoder)| {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            f(&mut enc);
+            let t0 = std::time::Instant::now();
+            gpu.queue.submit([enc.finish()]);
+            gpu.flush();
+            *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
+        };
+        for op in &self.body {
+            let name = if t == 1 && op.matvec.is_some() { "matvec" } else { op.name };
+            time(prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t));
+        }
+        time(prof, "copy", &|enc| enc.copy_buffer_to_buffer(&self.xb, xcopy.0, &self.xout, 0, xcopy.1));
+        for op in &self.head {
+            let name = if n_out == 1 && op.matvec.is_some() { "matvec" } else { op.name };
+            time(prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out));
+        }
+    }
+
     fn run(&mut self, tokens: &[u32], n_out: usize) {
         let gpu = &self.model.gpu;
         let c = &self.model.cfg;
@@ -253,6 +292,14 @@ impl<'m> Session<'m> {
         gpu.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(tokens));
         let table = rope_table(&self.model.inv_freq, self.model.attention_factor, self.pos, tokens.len());
         gpu.queue.write_buffer(&self.rope, 0, bytemuck::cast_slice(&table));
+        let row = (c.hidden_size * 4) as u64;
+        let xcopy = ((tokens.len() - n_out) as u64 * row, n_out as u64 * row);
+        #[cfg(not(target_arch = "wasm32"))]
+        if self.profile.is_some() {
+            self.run_profiled(t, n_out as u32, xcopy);
+            self.pos += tokens.len();
+            return;
+        }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
@@ -260,8 +307,7 @@ impl<'m> Session<'m> {
                 op.record(&mut pass, t);
             }
         }
-        let row = (c.hidden_size * 4) as u64;
-        enc.copy_buffer_to_buffer(&self.xb, (tokens.len() - n_out) as u64 * row, &self.xout, 0, n_out as u64 * row);
+        enc.copy_buffer_to_buffer(&self.xb, xcopy.0, &self.xout, 0, xcopy.1);
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for op in &self.head {

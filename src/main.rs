@@ -47,6 +47,13 @@ mod cli {
 
     #[derive(Subcommand)]
     enum Cmd {
+        /// Print the GPU adapter and its limits (fails if there is none).
+        Info {
+            #[arg(long)]
+            max_binding_size: Option<u64>,
+        },
+        /// Download the default demo model if needed and print its path.
+        Fetch,
         /// Print the logits at every position of one causal forward pass as JSON.
         Logits {
             #[command(flatten)]
@@ -87,6 +94,9 @@ mod cli {
             repeat: usize,
             #[arg(long)]
             json: bool,
+            /// Also print GPU time per kernel (each kernel then runs on its own: slower overall).
+            #[arg(long)]
+            profile: bool,
         },
     }
 
@@ -112,10 +122,14 @@ mod cli {
             hf_format: WeightFormat::parse(&c.quant)?,
         };
         let model = pollster::block_on(Model::load(&path, &opts))?;
+        let kv_f16 = c.kv_cache == "f16";
+        // Default context: the model's, at most 4096 and at most what one KV buffer can hold,
+        // but never less than this command needs.
+        let fits = (model.gpu.max_binding - 4) as usize / (model.cfg.kv_dim() * if kv_f16 { 2 } else { 4 });
         let ctx = c
             .ctx_size
-            .unwrap_or_else(|| model.cfg.max_position_embeddings.clamp(1, 4096).max(min_ctx));
-        let sess = SessionOptions { ctx_size: ctx, kv_f16: c.kv_cache == "f16", ..Default::default() };
+            .unwrap_or_else(|| model.cfg.max_position_embeddings.clamp(1, 4096).min(fits).max(min_ctx));
+        let sess = SessionOptions { ctx_size: ctx, kv_f16, ..Default::default() };
         Ok(Loaded { model, sess })
     }
 
@@ -126,6 +140,20 @@ mod cli {
 
     fn run(cli: Cli) -> Result<()> {
         match cli.cmd {
+            Cmd::Info { max_binding_size } => {
+                let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size }))?;
+                let l = &gpu.limits;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "adapter": gpu.info.name, "backend": format!("{:?}", gpu.info.backend),
+                        "driver": gpu.info.driver, "device_type": format!("{:?}", gpu.info.device_type),
+                        "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+                        "max_buffer_size": l.max_buffer_size, "engine_max_binding": gpu.max_binding,
+                    })
+                );
+            }
+            Cmd::Fetch => println!("{}", fetch::default_model()?.display()),
             Cmd::Logits { common, tokens } => {
                 let ids = parse_ids(&tokens)?;
                 let l = load(&common, ids.len())?;
@@ -157,9 +185,12 @@ mod cli {
                     }
                 }
             }
-            Cmd::Bench { common, prompt_tokens, gen_tokens, repeat, json } => {
+            Cmd::Bench { common, prompt_tokens, gen_tokens, repeat, json, profile } => {
                 let l = load(&common, prompt_tokens + gen_tokens)?;
                 let mut s = Session::new(&l.model, l.sess)?;
+                if profile {
+                    s.enable_profile();
+                }
                 let vocab = l.model.cfg.vocab_size as u32;
                 let prompt: Vec<u32> = (0..prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
                 let (mut pre, mut dec) = (vec![], vec![]);
@@ -181,6 +212,13 @@ mod cli {
                     }
                 }
                 let (p, d) = (median(&mut pre), median(&mut dec));
+                if let Some(prof) = s.profile() {
+                    let mut v: Vec<_> = prof.iter().collect();
+                    v.sort_by(|a, b| b.1.total_cmp(a.1));
+                    for (k, t) in v {
+                        eprintln!("{k:>10}: {t:8.3} s");
+                    }
+                }
                 let info = &l.model.gpu.info;
                 if json {
                     println!(

@@ -8,3 +8,22 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     let sh = (w >> 4u) * 4u;
     return F8((nib4(rd_u32(q), sh) - 8.0) * d, (nib4(rd_u32(q + 4u), sh) - 8.0) * d);
 }
+
+fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+    let bo = rb + (e >> 5u) * 18u;
+    let d = rd_f16(bo);
+    let q0 = (bo + 2u) >> 2u;
+    let odd = ((bo + 2u) & 3u) != 0u;
+    var s = 0.0;
+    var w = W[q0];
+    for (var i = 0u; i < 4u; i++) {
+        let nx = W[q0 + i + 1u];
+        var q = w;
+        if (odd) {
+            q = (w >> 16u) | (nx << 16u);
+        }
+        s += dot(nib4(q, 0u) - 8.0, X[xo + i]) + dot(nib4(q, 4u) - 8.0, X[xo + 4u + i]);
+        w = nx;
+    }
+    return s * d;
+}

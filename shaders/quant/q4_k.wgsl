@@ -13,3 +13,23 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     let sh = hi * 4u;
     return F8(nib4(W[q >> 2u], sh) * d - m, nib4(W[(q >> 2u) + 1u], sh) * d - m);
 }
+
+// One 32-element sub-block: 8 aligned words of nibbles, one scale and one minimum.
+fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+    let bo = rb + (e >> 8u) * 144u;
+    let w = e & 255u;
+    let g = w >> 6u;
+    let hi = (w >> 5u) & 1u;
+    let sm = k_scale_min(bo + 4u, 2u * g + hi);
+    let dd = unpack2x16float(W[bo >> 2u]);
+    let q0 = (bo + 16u + 32u * g) >> 2u;
+    let sh = hi * 4u;
+    var s = 0.0;
+    var sx = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        let x = X[xo + i];
+        s += dot(nib4(W[q0 + i], sh), x);
+        sx += dot(x, vec4<f32>(1.0));
+    }
+    return dd.x * sm.x * s - dd.y * sm.y * sx;
+}

@@ -18,3 +18,24 @@ fn dequant8(rb: u32, e: u32) -> F8 {
         (nib4(W[q + 1u], sh) + bit4(W[h + 1u], b) * 16.0) * d - m,
     );
 }
+
+fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+    let bo = rb + (e >> 8u) * 176u;
+    let w = e & 255u;
+    let g = w >> 6u;
+    let hi = (w >> 5u) & 1u;
+    let sm = k_scale_min(bo + 4u, 2u * g + hi);
+    let dd = unpack2x16float(W[bo >> 2u]);
+    let q0 = (bo + 48u + 32u * g) >> 2u;
+    let h0 = (bo + 16u) >> 2u;
+    let sh = hi * 4u;
+    let b = 2u * g + hi;
+    var s = 0.0;
+    var sx = 0.0;
+    for (var i = 0u; i < 8u; i++) {
+        let x = X[xo + i];
+        s += dot(nib4(W[q0 + i], sh) + bit4(W[h0 + i], b) * 16.0, x);
+        sx += dot(x, vec4<f32>(1.0));
+    }
+    return dd.x * sm.x * s - dd.y * sm.y * sx;
+}

@@ -22,3 +22,26 @@ fn dequant8(rb: u32, e: u32) -> F8 {
         (nib4(rd_u32(ql + 4u), nsh) + two4(rd_u32(qh + 4u), hsh) * 16.0 - 32.0) * d,
     );
 }
+
+// One quarter (32 elements) of a half: two 16-element scales.
+fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+    let bo = rb + (e >> 8u) * 210u;
+    let w = e & 255u;
+    let n = w >> 7u;
+    let qd = (w >> 5u) & 3u;
+    let ql = bo + 64u * n + (qd & 1u) * 32u;
+    let qh = bo + 128u + 32u * n;
+    let nsh = (qd >> 1u) * 4u;
+    let hsh = 2u * qd;
+    let sc = bo + 192u + 8u * n + 2u * qd;
+    var s0 = 0.0;
+    var s1 = 0.0;
+    for (var i = 0u; i < 4u; i++) {
+        s0 += dot(nib4(rd_u32(ql + 4u * i), nsh) + two4(rd_u32(qh + 4u * i), hsh) * 16.0 - 32.0, X[xo + i]);
+        s1 += dot(nib4(rd_u32(ql + 16u + 4u * i), nsh) + two4(rd_u32(qh + 16u + 4u * i), hsh) * 16.0 - 32.0, X[xo + 4u + i]);
+    }
+    let d = rd_f16(bo + 208u);
+    let c0 = f32(bitcast<i32>(rd_u8(sc) << 24u) >> 24u);
+    let c1 = f32(bitcast<i32>(rd_u8(sc + 1u) << 24u) >> 24u);
+    return d * (c0 * s0 + c1 * s1);
+}

@@ -17,7 +17,7 @@ pub enum Slot {
 /// Which kernel, with the variant that selects its pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    MatVec { ty: GgmlType, acc: bool },
+    MatVec { ty: GgmlType, acc: bool, lanes: u32 },
     MatMul { ty: GgmlType, acc: bool },
     Embed { ty: GgmlType },
     RmsNorm,
@@ -26,6 +26,17 @@ pub enum Kernel {
     Attention { f16: bool },
     SwiGlu,
     Argmax,
+}
+
+/// Threads per row for the matvec kernel: about four 32-element blocks each, a power of two
+/// from 1 to 32.
+pub fn matvec_lanes(cols: u32) -> u32 {
+    let blocks = (cols / 32).max(1);
+    let mut lanes = 1;
+    while lanes < 32 && lanes * 2 * 4 <= blocks {
+        lanes *= 2;
+    }
+    lanes
 }
 
 impl Kernel {
@@ -38,6 +49,21 @@ impl Kernel {
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Uniform, Uniform],
             Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Uniform, Uniform],
+        }
+    }
+
+    /// A short name for profiles.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::MatVec { .. } => "matvec",
+            Kernel::MatMul { .. } => "matmul",
+            Kernel::Embed { .. } => "embed",
+            Kernel::RmsNorm => "rmsnorm",
+            Kernel::Rope => "rope",
+            Kernel::KvStore { .. } => "kv_store",
+            Kernel::Attention { .. } => "attention",
+            Kernel::SwiGlu => "swiglu",
+            Kernel::Argmax => "argmax",
         }
     }
 
@@ -63,7 +89,8 @@ impl Kernel {
 
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::MatVec { acc, .. } | Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
+            Kernel::MatVec { acc, lanes, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64)],
+            Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
             Kernel::KvStore { f16 } | Kernel::Attention { f16 } => vec![("KV_F16", f16 as u8 as f64)],
             _ => vec![],
         }
@@ -125,10 +152,18 @@ impl Kernels {
         if let Some(p) = self.pipelines.borrow().get(&k) {
             return p.clone();
         }
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&format!("{k:?}")),
             source: wgpu::ShaderSource::Wgsl(k.source().into()),
-        });
+        };
+        // Every index in these kernels is bounded by the parameters the engine writes and the
+        // buffer sizes it allocates (plus 4 bytes of padding for unaligned block reads), so the
+        // per-access clamps naga would insert are skipped. Browsers keep their own checks.
+        let mut checks = wgpu::ShaderRuntimeChecks::checked();
+        checks.bounds_checks = false;
+        checks.force_loop_bounding = false;
+        // SAFETY: see above; the kernels are this crate's own and index within their bindings.
+        let module = unsafe { self.device.create_shader_module_trusted(desc, checks) };
         let bgl = self.layout(k.slots());
         let layout = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: None,

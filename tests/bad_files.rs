@@ -1,0 +1,142 @@
+//! Corrupt, truncated and unsupported model files give one-line errors, never panics; the CLI
+//! exits non-zero with a readable message.
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+use std::process::Command;
+use tildeopen::loader::{ModelFiles, WeightFormat};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tildeopen-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn open_err(path: &std::path::Path) -> String {
+    match ModelFiles::open(path, WeightFormat::F16).and_then(|f| f.config().map(|_| f)) {
+        Ok(_) => panic!("{} opened without error", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn truncated_gguf() {
+    let src = std::fs::read(fixtures().join("models/tiny-tildeopen/model-Q4_K_M.gguf")).unwrap();
+    let d = tmpdir("trunc");
+    for cut in [10, 2000, src.len() / 2, src.len() - 1] {
+        let p = d.join(format!("cut{cut}.gguf"));
+        std::fs::write(&p, &src[..cut]).unwrap();
+        let e = open_err(&p);
+        assert!(e.contains("truncated") || e.contains("too short") || e.contains("past the end"), "{cut}: {e}");
+    }
+}
+
+#[test]
+fn wrong_magic() {
+    let mut src = std::fs::read(fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap();
+    src[..4].copy_from_slice(b"GGML");
+    let p = tmpdir("magic").join("bad.gguf");
+    std::fs::write(&p, &src).unwrap();
+    assert!(open_err(&p).contains("bad magic"));
+}
+
+#[test]
+fn unsupported_tensor_type() {
+    // Rewrite the type id of the first tensor to Q2_K (10).
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let mut src = std::fs::read(&path).unwrap();
+    let g = tildeopen::gguf::Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    let name = g.tensors[0].name.as_bytes().to_vec();
+    let at = src.windows(name.len()).rposition(|w| w == name).unwrap() + name.len();
+    let nd = u32::from_le_bytes(src[at..at + 4].try_into().unwrap()) as usize;
+    let ty_at = at + 4 + 8 * nd;
+    src[ty_at..ty_at + 4].copy_from_slice(&10u32.to_le_bytes());
+    let p = tmpdir("type").join("q2k.gguf");
+    std::fs::write(&p, &src).unwrap();
+    let e = open_err(&p);
+    assert!(e.contains("Q2_K"), "{e}");
+}
+
+#[test]
+fn safetensors_header_lies_about_sizes() {
+    let src_dir = fixtures().join("models/tiny-tildeopen");
+    let d = tmpdir("st");
+    std::fs::copy(src_dir.join("config.json"), d.join("config.json")).unwrap();
+    let bytes = std::fs::read(src_dir.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    // Claim the lm_head is bigger than it is: same header length, offsets past the data.
+    let lied = header.replacen("\"data_offsets\":[0,2097152]", "\"data_offsets\":[0,9097152]", 1);
+    assert_ne!(lied, header, "fixture header layout changed");
+    let mut out = (lied.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(lied.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(d.join("model.safetensors"), &out).unwrap();
+    let e = open_err(&d);
+    assert!(e.contains("corrupt model file"), "{e}");
+    // A file cut short is caught too.
+    std::fs::write(d.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
+    assert!(open_err(&d).contains("corrupt model file"));
+}
+
+#[test]
+fn shape_mismatch_is_an_error() {
+    let d = tmpdir("shape");
+    let src_dir = fixtures().join("models/tiny-tildeopen");
+    let cfg = std::fs::read_to_string(src_dir.join("config.json")).unwrap().replace("\"intermediate_size\": 768", "\"intermediate_size\": 1024");
+    std::fs::write(d.join("config.json"), cfg).unwrap();
+    std::os::unix::fs::symlink(src_dir.join("model.safetensors"), d.join("model.safetensors")).unwrap();
+    let opts = tildeopen::model::LoadOptions::default();
+    let e = pollster::block_on(tildeopen::Model::load(&d, &opts)).err().expect("loaded a mismatched model").to_string();
+    assert!(e.contains("shape mismatch"), "{e}");
+}
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn cli_errors_are_one_line() {
+    let m = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let m = m.to_str().unwrap();
+    for (args, want) in [
+        (vec!["logits", "--model", "/nonexistent.gguf", "--tokens", "1"], "No such file"),
+        (vec!["logits", "--model", m, "--tokens", "1,99999"], "out of range"),
+        (vec!["logits", "--model", m, "--tokens", "1,x"], "bad token id"),
+        (vec!["complete", "--model", m, "--tokens", "1", "--quant", "q3"], "unknown weight format"),
+        (vec!["logits", "--model", m, "--tokens", "1", "--max-binding-size", "100"], "too small"),
+    ] {
+        let (code, _, err) = cli(&args);
+        assert_ne!(code, 0, "{args:?}");
+        let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("{args:?}: {err}"));
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn cli_logits_and_complete() {
+    let root = fixtures().join("models/tiny-tildeopen-decoupled");
+    let g = golden(&root.join("model-Q4_K_M.golden.safetensors"));
+    let m = root.join("model-Q4_K_M.gguf");
+    let ids: Vec<String> = g.input_ids[..5].iter().map(|i| i.to_string()).collect();
+    let (code, out, err) = cli(&["logits", "--model", m.to_str().unwrap(), "--tokens", &ids.join(","), "--kv-cache", "f32"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rows = v["logits"].as_array().unwrap();
+    assert_eq!(rows.len(), 5);
+    let got: Vec<Vec<f32>> = rows.iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect();
+    assert!(max_abs_diff(&got, &g.logits[..5]) <= 0.01);
+
+    let p: Vec<String> = g.prompt_ids.iter().map(|i| i.to_string()).collect();
+    let (code, out, err) = cli(&["complete", "--model", m.to_str().unwrap(), "--tokens", &p.join(","), "--max-tokens", "4", "--temperature", "0", "--json", "--kv-cache", "f32"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ids: Vec<u32> = v["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    assert_eq!(ids.len(), 4);
+    let firm = g.greedy_margins.iter().position(|m| *m < 0.05).unwrap_or(4).min(4);
+    assert_eq!(&ids[..firm], &g.greedy_ids[..firm]);
+}

@@ -1,0 +1,104 @@
+//! Shared helpers: fixture paths, golden files, model loading.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use tildeopen::gpu::GpuOptions;
+use tildeopen::loader::WeightFormat;
+use tildeopen::model::LoadOptions;
+use tildeopen::Model;
+
+pub fn fixtures() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    assert!(p.is_dir(), "fixtures not found at {}", p.display());
+    p
+}
+
+/// (name, model path, golden path) for every fixture model: each HF dir and each GGUF.
+pub fn cases() -> Vec<(String, PathBuf, PathBuf)> {
+    let root = fixtures().join("models");
+    let mut out = vec![];
+    let mut dirs: Vec<_> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().path()).collect();
+    dirs.sort();
+    for d in dirs {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        out.push((format!("{name}/hf"), d.clone(), d.join("golden.safetensors")));
+        let mut ggufs: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+            .collect();
+        ggufs.sort();
+        for g in ggufs {
+            let stem = g.file_stem().unwrap().to_string_lossy().to_string();
+            out.push((format!("{name}/{stem}"), g.clone(), d.join(format!("{stem}.golden.safetensors"))));
+        }
+    }
+    assert!(out.len() >= 12, "expected at least 12 fixture models, found {}", out.len());
+    out
+}
+
+pub struct Golden {
+    pub input_ids: Vec<u32>,
+    pub logits: Vec<Vec<f32>>,
+    pub prompt_ids: Vec<u32>,
+    pub greedy_ids: Vec<u32>,
+    pub greedy_margins: Vec<f32>,
+}
+
+fn tensor_f32(st: &safetensors::SafeTensors, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let t = st.tensor(name).unwrap();
+    let v = match t.dtype() {
+        safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+        safetensors::Dtype::I32 => t.data().chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
+        safetensors::Dtype::I64 => t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f32).collect(),
+        d => panic!("{name}: dtype {d:?}"),
+    };
+    (t.shape().to_vec(), v)
+}
+
+pub fn golden(path: &Path) -> Golden {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let ids = |n: &str| tensor_f32(&st, n).1.into_iter().map(|x| x as u32).collect::<Vec<_>>();
+    let (shape, l) = tensor_f32(&st, "logits");
+    Golden {
+        input_ids: ids("input_ids"),
+        logits: l.chunks(shape[1]).map(|r| r.to_vec()).collect(),
+        prompt_ids: ids("prompt_ids"),
+        greedy_ids: ids("greedy_ids"),
+        greedy_margins: tensor_f32(&st, "greedy_margins").1,
+    }
+}
+
+/// Loads a model; HF checkpoints in bf16 (their own dtype, exact).
+pub fn load(path: &Path, max_binding: Option<u64>) -> Model {
+    let opts = LoadOptions { gpu: GpuOptions { max_binding_size: max_binding }, hf_format: WeightFormat::BF16 };
+    pollster::block_on(Model::load(path, &opts)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).flat_map(|(x, y)| {
+        assert_eq!(x.len(), y.len());
+        x.iter().zip(y).map(|(p, q)| (p - q).abs())
+    }).fold(0.0, f32::max)
+}
+
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Where the test command put SmolLM2-135M-Instruct Q4_1 (`TILDEOPEN_SMOLLM2`), else the
+/// default-model cache (fetched on first use).
+pub fn smollm2() -> PathBuf {
+    if let Some(p) = std::env::var_os("TILDEOPEN_SMOLLM2") {
+        return PathBuf::from(p);
+    }
+    tildeopen::fetch::default_model().expect("fetch SmolLM2")
+}

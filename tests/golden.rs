@@ -1,0 +1,104 @@
+//! Every fixture model (HF dirs and every GGUF) against its HF-transformers golden, on the real
+//! WGSL kernels, with the fixtures README's tolerances.
+
+mod common;
+use common::*;
+use tildeopen::{Session, SessionOptions};
+
+fn opts(kv_f16: bool) -> SessionOptions {
+    SessionOptions { ctx_size: 256, kv_f16, ..Default::default() }
+}
+
+/// f32 KV cache: max |logit - golden| <= 0.01 everywhere, and greedy tokens identical up to the
+/// first step whose golden margin is < 0.05. Then the same with the binding size forced to 128 KiB
+/// (embedding, lm_head and logits split across buffers).
+#[test]
+fn f32_cache_matches_golden_and_greedy() {
+    for binding in [None, Some(131072)] {
+        for (name, model_path, golden_path) in cases() {
+            let g = golden(&golden_path);
+            let model = load(&model_path, binding);
+            if binding.is_some() {
+                assert!(model.embed.chunks.len() > 1, "{name}: embedding not split under a 128 KiB cap");
+            }
+            let mut s = Session::new(&model, opts(false)).unwrap();
+            let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
+            let d = max_abs_diff(&logits, &g.logits);
+            println!("{name} binding={binding:?}: max |dlogit| = {d:.6}");
+            assert!(d <= 0.01, "{name} (binding {binding:?}): max |dlogit| {d} > 0.01");
+
+            s.reset();
+            let n = g.greedy_ids.len();
+            let ids = pollster::block_on(s.generate_greedy(&g.prompt_ids, n, &[])).unwrap();
+            let firm = g.greedy_margins.iter().position(|m| *m < 0.05).unwrap_or(n);
+            assert_eq!(&ids[..firm], &g.greedy_ids[..firm], "{name}: greedy tokens differ before step {firm}");
+            println!("{name}: greedy {firm}/{n} firm steps equal");
+        }
+    }
+}
+
+/// f16 KV cache: argmax equal wherever the golden's top-1 margin >= 0.25, and the 99th
+/// percentile of |dlogit| <= 0.15. One documented exception: the bf16 checkpoint of
+/// `tiny-tildeopen`, whose hostile last layer amplifies f16 rounding of K/V; an exact numpy
+/// reference with K/V rounded to f16 gives p99 0.282 there, so the bound for it is 0.3.
+#[test]
+fn f16_cache_within_tolerance() {
+    for (name, model_path, golden_path) in cases() {
+        let g = golden(&golden_path);
+        let model = load(&model_path, None);
+        let mut s = Session::new(&model, opts(true)).unwrap();
+        let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
+        let mut diffs: Vec<f32> = vec![];
+        for (pos, (row, grow)) in logits.iter().zip(&g.logits).enumerate() {
+            diffs.extend(row.iter().zip(grow).map(|(a, b)| (a - b).abs()));
+            let top = argmax(grow);
+            let second = grow.iter().enumerate().filter(|(i, _)| *i != top).map(|(_, v)| *v).fold(f32::MIN, f32::max);
+            if grow[top] - second >= 0.25 {
+                assert_eq!(argmax(row), top, "{name}: argmax differs at position {pos}");
+            }
+        }
+        diffs.sort_by(f32::total_cmp);
+        let p99 = diffs[(diffs.len() as f64 * 0.99) as usize];
+        let bound = if name == "tiny-tildeopen/hf" { 0.3 } else { 0.15 };
+        println!("{name}: f16 cache p99 |dlogit| = {p99:.5}, max = {:.5}", diffs.last().unwrap());
+        assert!(p99 <= bound, "{name}: p99 {p99} > {bound}");
+    }
+}
+
+/// Prefill then one-token decode steps give the same logits as one long prefill.
+#[test]
+fn prefill_then_decode_equals_one_prefill() {
+    let root = fixtures().join("models");
+    for m in ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"] {
+        let model = load(&root.join(m), None);
+        let g = golden(&root.join(if m.ends_with(".gguf") { m.replace(".gguf", ".golden.safetensors") } else { format!("{m}/golden.safetensors") }));
+        let ids = &g.input_ids[..g.input_ids.len().min(80)];
+        let mut s = Session::new(&model, opts(false)).unwrap();
+        let whole = pollster::block_on(s.logits_all(ids)).unwrap();
+        s.reset();
+        let split = ids.len() / 2;
+        let mut stepped = vec![];
+        pollster::block_on(s.feed(&ids[..split])).unwrap();
+        stepped.push(pollster::block_on(s.last_logits()).unwrap());
+        for &t in &ids[split..] {
+            pollster::block_on(s.feed(&[t])).unwrap();
+            stepped.push(pollster::block_on(s.last_logits()).unwrap());
+        }
+        let d = max_abs_diff(&stepped, &whole[split - 1..].to_vec());
+        println!("{m}: prefill+decode vs prefill max |d| = {d}");
+        assert!(d <= 1e-3, "{m}: {d}");
+        assert_eq!(s.position(), ids.len());
+    }
+}
+
+/// Token ids out of range and prompts longer than the context are errors, not panics.
+#[test]
+fn bad_tokens_and_context_overflow_are_errors() {
+    let model = load(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), None);
+    let mut s = Session::new(&model, SessionOptions { ctx_size: 8, ..Default::default() }).unwrap();
+    let e = pollster::block_on(s.feed(&[1, 2, 4096])).unwrap_err().to_string();
+    assert!(e.contains("out of range"), "{e}");
+    let e = pollster::block_on(s.feed(&[1; 9])).unwrap_err().to_string();
+    assert!(e.contains("context"), "{e}");
+    assert_eq!(s.position(), 0);
+}
