@@ -1,7 +1,9 @@
-// y[n] (+)= dot(W[n, :], x): one token (decode). LANES threads share a row, each taking whole
-// 32-element blocks in turn (adjacent threads read adjacent blocks), then one barrier and a
-// per-row sum of the LANES partials. The engine picks LANES so each thread gets about four
-// blocks (32 for wide rows); a 256-thread workgroup covers 256 / LANES rows. Prepended: bytes.wgsl and the weight type's dot32.
+// y[n] (+)= dot(W[n, :], x): one token (decode). A group of LANES threads covers NR rows: each
+// thread takes whole 32-element blocks in turn (adjacent threads read adjacent blocks), loads
+// that slice of x once and applies it to all NR rows. One barrier, then one thread per row sums
+// the LANES partials. The engine picks LANES so each thread gets about four blocks (32 for wide
+// rows); a 256-thread workgroup covers 256 / LANES * NR rows. Prepended: bytes.wgsl and the
+// weight type's dot32.
 
 struct MatParams {
     n: u32,          // rows in this weight chunk
@@ -24,31 +26,40 @@ struct Step {
 @group(0) @binding(4) var<uniform> step: Step;
 
 override ACCUMULATE: bool = false;
-
 override LANES: u32 = 32u;
-override ROWS: u32 = 256u / LANES;
-var<workgroup> red: array<f32, 256>;
+const NR: u32 = 4u;
+var<workgroup> red: array<f32, 1024>; // [NR][256]
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = lid / LANES;
+    let g = lid / LANES;
     let lane = lid % LANES;
-    let row = (wid.y * nwg.x + wid.x) * ROWS + r;
-    var acc = 0.0;
-    if (row < p.n) {
-        let rb = row * p.row_bytes;
+    let row0 = ((wid.y * nwg.x + wid.x) * (256u / LANES) + g) * NR;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    if (row0 < p.n) {
+        let nr = min(NR, p.n - row0);
+        var xv: array<vec4<f32>, 8>;
         for (var u = lane; u < p.k / 32u; u += LANES) {
-            acc += dot32(rb, u * 32u, u * 8u);
+            for (var i = 0u; i < 8u; i++) {
+                xv[i] = X[u * 8u + i];
+            }
+            for (var r = 0u; r < nr; r++) {
+                acc[r] += dot32((row0 + r) * p.row_bytes, u * 32u, &xv);
+            }
         }
     }
-    red[lid] = acc;
+    for (var r = 0u; r < NR; r++) {
+        red[r * 256u + lid] = acc[r];
+    }
     workgroupBarrier();
-    // One barrier, then the first lane of each row sums its 32 partials.
-    if (lane == 0u && row < p.n) {
+    // Thread r of each group sums row row0 + r.
+    let row = row0 + lane;
+    if (lane < NR && row < p.n) {
+        let base = lane * 256u + g * LANES;
         var total = 0.0;
         for (var i = 0u; i < LANES; i++) {
-            total += red[lid + i];
+            total += red[base + i];
         }
         let o = p.out_off + row;
         if (ACCUMULATE) {

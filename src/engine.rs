@@ -60,7 +60,7 @@ fn split(wgs: u32) -> (u32, u32) {
 impl Op {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32) {
         let (pipe, (x, y)) = match self.dispatch {
-            Dispatch::Mat { n, lanes } if t == 1 => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes))),
+            Dispatch::Mat { n, lanes } if t == 1 => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes * 4))),
             Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
             Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
             Dispatch::PerToken => (&self.pipeline, (t, 1)),
@@ -142,7 +142,7 @@ impl<'m> Session<'m> {
         let step = gpu.uniform("step", &[0; 16]);
         let step_out = gpu.uniform("step_out", &[0; 16]);
 
-        let ks = &model.kernels;
+        let ks = &gpu.kernels;
         // Uniform parameter blocks, shared by every op with the same contents.
         let params: RefCell<HashMap<Vec<u8>, wgpu::Buffer>> = RefCell::default();
         let param = |bytes: Vec<u8>| {

@@ -3,7 +3,6 @@
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::gpu::kernels::Kernels;
 use crate::gpu::Gpu;
 use crate::loader::HostTensor;
 use crate::quant::GgmlType;
@@ -70,7 +69,6 @@ pub struct Layer {
 pub struct Model {
     pub gpu: Gpu,
     pub cfg: ModelConfig,
-    pub kernels: Kernels,
     pub embed: GpuMatrix,
     pub layers: Vec<Layer>,
     pub out_norm: wgpu::Buffer,
@@ -141,8 +139,7 @@ impl Model {
         gpu.queue.submit([]);
         gpu.flush();
         let (inv_freq, attention_factor) = cfg.rope_inv_freq();
-        let kernels = Kernels::new(&gpu.device);
-        Ok(Model { gpu, cfg, kernels, embed, layers, out_norm, lm_head, inv_freq, attention_factor, weight_bytes: bytes })
+        Ok(Model { gpu, cfg, embed, layers, out_norm, lm_head, inv_freq, attention_factor, weight_bytes: bytes })
     }
 
     pub fn lm_head(&self) -> &GpuMatrix {
@@ -186,12 +183,23 @@ mod native {
     }
 
     impl Model {
-        /// Loads a GGUF file or an HF checkpoint directory onto the GPU.
+        /// Loads a GGUF file or an HF checkpoint directory onto a newly opened GPU.
         pub async fn load(path: &Path, opts: &LoadOptions) -> Result<Self> {
             let files = ModelFiles::open(path, opts.hf_format)?;
             let cfg = files.config()?;
             let gpu = Gpu::new(&opts.gpu).await?;
-            let mut src = FileSource { files: &files, cfg: &cfg };
+            Self::load_files(&files, cfg, gpu)
+        }
+
+        /// Loads a model onto an already open GPU (sharing its device and compiled pipelines).
+        pub fn load_on(path: &Path, gpu: &Gpu, hf_format: WeightFormat) -> Result<Self> {
+            let files = ModelFiles::open(path, hf_format)?;
+            let cfg = files.config()?;
+            Self::load_files(&files, cfg, gpu.clone())
+        }
+
+        fn load_files(files: &ModelFiles, cfg: ModelConfig, gpu: Gpu) -> Result<Self> {
+            let mut src = FileSource { files, cfg: &cfg };
             Model::build(gpu, cfg.clone(), &mut src, |_, _| {})
         }
     }

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use tildeopen::gpu::GpuOptions;
+use tildeopen::gpu::{Gpu, GpuOptions};
 use tildeopen::loader::WeightFormat;
 use tildeopen::model::LoadOptions;
 use tildeopen::Model;
@@ -70,10 +70,20 @@ pub fn golden(path: &Path) -> Golden {
     }
 }
 
-/// Loads a model; HF checkpoints in bf16 (their own dtype, exact).
+/// Loads a model on a newly opened GPU; HF checkpoints in bf16 (their own dtype, exact).
 pub fn load(path: &Path, max_binding: Option<u64>) -> Model {
     let opts = LoadOptions { gpu: GpuOptions { max_binding_size: max_binding }, hf_format: WeightFormat::BF16 };
     pollster::block_on(Model::load(path, &opts)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Opens the GPU once, so several models share its compiled pipelines.
+pub fn gpu(max_binding: Option<u64>) -> Gpu {
+    pollster::block_on(Gpu::new(&GpuOptions { max_binding_size: max_binding })).expect("no usable GPU adapter")
+}
+
+/// Loads a model on `gpu`; HF checkpoints in bf16.
+pub fn load_on(path: &Path, gpu: &Gpu) -> Model {
+    Model::load_on(path, gpu, WeightFormat::BF16).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 pub fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {

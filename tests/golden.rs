@@ -15,9 +15,10 @@ fn opts(kv_f16: bool) -> SessionOptions {
 #[test]
 fn f32_cache_matches_golden_and_greedy() {
     for binding in [None, Some(131072)] {
+        let gpu = gpu(binding);
         for (name, model_path, golden_path) in cases() {
             let g = golden(&golden_path);
-            let model = load(&model_path, binding);
+            let model = load_on(&model_path, &gpu);
             if binding.is_some() {
                 assert!(model.embed.chunks.len() > 1, "{name}: embedding not split under a 128 KiB cap");
             }
@@ -43,9 +44,10 @@ fn f32_cache_matches_golden_and_greedy() {
 /// reference with K/V rounded to f16 gives p99 0.282 there, so the bound for it is 0.3.
 #[test]
 fn f16_cache_within_tolerance() {
+    let gpu = gpu(None);
     for (name, model_path, golden_path) in cases() {
         let g = golden(&golden_path);
-        let model = load(&model_path, None);
+        let model = load_on(&model_path, &gpu);
         let mut s = Session::new(&model, opts(true)).unwrap();
         let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
         let mut diffs: Vec<f32> = vec![];
@@ -69,8 +71,9 @@ fn f16_cache_within_tolerance() {
 #[test]
 fn prefill_then_decode_equals_one_prefill() {
     let root = fixtures().join("models");
+    let gpu = gpu(None);
     for m in ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"] {
-        let model = load(&root.join(m), None);
+        let model = load_on(&root.join(m), &gpu);
         let g = golden(&root.join(if m.ends_with(".gguf") { m.replace(".gguf", ".golden.safetensors") } else { format!("{m}/golden.safetensors") }));
         let ids = &g.input_ids[..g.input_ids.len().min(80)];
         let mut s = Session::new(&model, opts(false)).unwrap();

@@ -7,12 +7,12 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     );
 }
 
-// dot(W[row, e..e+32], X[xo*4..]) for the matvec kernel.
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+// dot(W[row, e..e+32], xv) for the matvec kernel.
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     var s = 0.0;
     for (var i = 0u; i < 4u; i++) {
         let w = dequant8(rb, e + 8u * i);
-        s += dot(w.a, X[xo + 2u * i]) + dot(w.b, X[xo + 2u * i + 1u]);
+        s += dot(w.a, (*xv)[2u * i]) + dot(w.b, (*xv)[2u * i + 1u]);
     }
     return s;
 }

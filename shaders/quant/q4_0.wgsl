@@ -9,7 +9,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     return F8((nib4(rd_u32(q), sh) - 8.0) * d, (nib4(rd_u32(q + 4u), sh) - 8.0) * d);
 }
 
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 5u) * 18u;
     let d = rd_f16(bo);
     let q0 = (bo + 2u) >> 2u;
@@ -22,7 +22,7 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
         if (odd) {
             q = (w >> 16u) | (nx << 16u);
         }
-        s += dot(nib4(q, 0u) - 8.0, X[xo + i]) + dot(nib4(q, 4u) - 8.0, X[xo + 4u + i]);
+        s += dot(nib4(q, 0u) - 8.0, (*xv)[i]) + dot(nib4(q, 4u) - 8.0, (*xv)[4u + i]);
         w = nx;
     }
     return s * d;

@@ -15,7 +15,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
 }
 
 // One 32-element sub-block: 8 aligned words of nibbles, one scale and one minimum.
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 8u) * 144u;
     let w = e & 255u;
     let g = w >> 6u;
@@ -27,7 +27,7 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
     var s = 0.0;
     var sx = 0.0;
     for (var i = 0u; i < 8u; i++) {
-        let x = X[xo + i];
+        let x = (*xv)[i];
         s += dot(nib4(W[q0 + i], sh), x);
         sx += dot(x, vec4<f32>(1.0));
     }

@@ -12,7 +12,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     return F8((nib4(rd_u32(q), sh) + h0 * 16.0 - 16.0) * d, (nib4(rd_u32(q + 4u), sh) + h1 * 16.0 - 16.0) * d);
 }
 
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 5u) * 22u;
     let d = rd_f16(bo);
     let qh = rd_u32(bo + 2u);
@@ -22,7 +22,7 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
         let lo = nib4(q, 0u) + 16.0 * vec4<f32>(f32((qh >> (4u * i)) & 1u), f32((qh >> (4u * i + 1u)) & 1u), f32((qh >> (4u * i + 2u)) & 1u), f32((qh >> (4u * i + 3u)) & 1u));
         let hb = 16u + 4u * i;
         let hi = nib4(q, 4u) + 16.0 * vec4<f32>(f32((qh >> hb) & 1u), f32((qh >> (hb + 1u)) & 1u), f32((qh >> (hb + 2u)) & 1u), f32((qh >> (hb + 3u)) & 1u));
-        s += dot(lo - 16.0, X[xo + i]) + dot(hi - 16.0, X[xo + 4u + i]);
+        s += dot(lo - 16.0, (*xv)[i]) + dot(hi - 16.0, (*xv)[4u + i]);
     }
     return s * d;
 }

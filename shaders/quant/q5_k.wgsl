@@ -19,7 +19,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     );
 }
 
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 8u) * 176u;
     let w = e & 255u;
     let g = w >> 6u;
@@ -33,7 +33,7 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
     var s = 0.0;
     var sx = 0.0;
     for (var i = 0u; i < 8u; i++) {
-        let x = X[xo + i];
+        let x = (*xv)[i];
         s += dot(nib4(W[q0 + i], sh) + bit4(W[h0 + i], b) * 16.0, x);
         sx += dot(x, vec4<f32>(1.0));
     }

@@ -24,7 +24,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
 }
 
 // One quarter (32 elements) of a half: two 16-element scales.
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 8u) * 210u;
     let w = e & 255u;
     let n = w >> 7u;
@@ -37,8 +37,8 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
     var s0 = 0.0;
     var s1 = 0.0;
     for (var i = 0u; i < 4u; i++) {
-        s0 += dot(nib4(rd_u32(ql + 4u * i), nsh) + two4(rd_u32(qh + 4u * i), hsh) * 16.0 - 32.0, X[xo + i]);
-        s1 += dot(nib4(rd_u32(ql + 16u + 4u * i), nsh) + two4(rd_u32(qh + 16u + 4u * i), hsh) * 16.0 - 32.0, X[xo + 4u + i]);
+        s0 += dot(nib4(rd_u32(ql + 4u * i), nsh) + two4(rd_u32(qh + 4u * i), hsh) * 16.0 - 32.0, (*xv)[i]);
+        s1 += dot(nib4(rd_u32(ql + 16u + 4u * i), nsh) + two4(rd_u32(qh + 16u + 4u * i), hsh) * 16.0 - 32.0, (*xv)[4u + i]);
     }
     let d = rd_f16(bo + 208u);
     let c0 = f32(bitcast<i32>(rd_u8(sc) << 24u) >> 24u);

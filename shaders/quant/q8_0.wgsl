@@ -7,7 +7,7 @@ fn dequant8(rb: u32, e: u32) -> F8 {
 }
 
 // One whole block against X: nine aligned loads, funnel-shifted when the block is 2-aligned.
-fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let bo = rb + (e >> 5u) * 34u;
     let d = rd_f16(bo);
     let q0 = (bo + 2u) >> 2u;
@@ -20,7 +20,7 @@ fn dot32(rb: u32, e: u32, xo: u32) -> f32 {
         if (odd) {
             q = (w >> 16u) | (nx << 16u);
         }
-        s += dot(i8x4(q), X[xo + i]);
+        s += dot(i8x4(q), (*xv)[i]);
         w = nx;
     }
     return s * d;

@@ -3,8 +3,8 @@
 //! variants (accumulate into the output, f16 or f32 KV cache) are `override` constants.
 
 use crate::quant::GgmlType;
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// A binding's kind, in binding order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,11 +28,11 @@ pub enum Kernel {
     Argmax,
 }
 
-/// Threads per row for the matvec kernel: about four 32-element blocks each, a power of two
-/// from 1 to 32.
+/// Threads per row group for the matvec kernel: about four 32-element blocks each, a power of
+/// two from 4 (the kernel's rows per group) to 32.
 pub fn matvec_lanes(cols: u32) -> u32 {
     let blocks = (cols / 32).max(1);
-    let mut lanes = 1;
+    let mut lanes = 4;
     while lanes < 32 && lanes * 2 * 4 <= blocks {
         lanes *= 2;
     }
@@ -97,11 +97,12 @@ impl Kernel {
     }
 }
 
-/// Pipelines built on first use and kept for the model's lifetime.
+/// Pipelines built on first use and kept for the device's lifetime (shared by every model
+/// loaded on it).
 pub struct Kernels {
     device: wgpu::Device,
-    layouts: RefCell<HashMap<&'static [Slot], wgpu::BindGroupLayout>>,
-    pipelines: RefCell<HashMap<Kernel, wgpu::ComputePipeline>>,
+    layouts: Mutex<HashMap<&'static [Slot], wgpu::BindGroupLayout>>,
+    pipelines: Mutex<HashMap<Kernel, wgpu::ComputePipeline>>,
 }
 
 impl Kernels {
@@ -111,7 +112,8 @@ impl Kernels {
 
     pub fn layout(&self, slots: &'static [Slot]) -> wgpu::BindGroupLayout {
         self.layouts
-            .borrow_mut()
+            .lock()
+            .unwrap()
             .entry(slots)
             .or_insert_with(|| {
                 let entries: Vec<_> = slots
@@ -149,7 +151,7 @@ impl Kernels {
     }
 
     pub fn pipeline(&self, k: Kernel) -> wgpu::ComputePipeline {
-        if let Some(p) = self.pipelines.borrow().get(&k) {
+        if let Some(p) = self.pipelines.lock().unwrap().get(&k) {
             return p.clone();
         }
         let desc = wgpu::ShaderModuleDescriptor {
@@ -182,7 +184,7 @@ impl Kernels {
             },
             cache: None,
         });
-        self.pipelines.borrow_mut().insert(k, p.clone());
+        self.pipelines.lock().unwrap().insert(k, p.clone());
         p
     }
 

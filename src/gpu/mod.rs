@@ -14,7 +14,9 @@ pub struct GpuOptions {
     pub max_binding_size: Option<u64>,
 }
 
-/// A device and queue plus the limits the engine plans with.
+/// A device and queue plus the limits the engine plans with. Cloning shares the device and its
+/// compiled pipelines.
+#[derive(Clone)]
 pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
@@ -23,6 +25,7 @@ pub struct Gpu {
     /// The largest buffer the engine creates: min(maxStorageBufferBindingSize, maxBufferSize,
     /// the cap), rounded down to 256 bytes.
     pub max_binding: u64,
+    pub kernels: std::sync::Arc<kernels::Kernels>,
 }
 
 impl Gpu {
@@ -81,7 +84,8 @@ impl Gpu {
         if max_binding < 4096 {
             return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 4096)")));
         }
-        Ok(Gpu { device, queue, info, limits, max_binding })
+        let kernels = std::sync::Arc::new(kernels::Kernels::new(&device));
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels })
     }
 
     /// A storage buffer of `size` bytes (rounded up to 4, plus 4 bytes of padding so unaligned
