@@ -5,6 +5,7 @@
 use crate::config::rope_table;
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{matvec_lanes, Kernel};
+use crate::gpu::Gpu;
 use crate::model::{GpuMatrix, Model};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -72,6 +73,81 @@ impl Op {
         pass.set_bind_group(0, &self.bind, &[]);
         pass.dispatch_workgroups(x, y, 1);
     }
+}
+
+/// Builds ops: pipelines from the device's cache, bind groups, and uniform parameter blocks
+/// shared by every op with the same contents.
+struct Builder<'g> {
+    gpu: &'g Gpu,
+    params: RefCell<HashMap<Vec<u8>, wgpu::Buffer>>,
+}
+
+impl<'g> Builder<'g> {
+    fn new(gpu: &'g Gpu) -> Self {
+        Builder { gpu, params: RefCell::default() }
+    }
+
+    fn param(&self, bytes: Vec<u8>) -> wgpu::Buffer {
+        self.params.borrow_mut().entry(bytes.clone()).or_insert_with(|| self.gpu.uniform("params", &bytes)).clone()
+    }
+
+    fn op(&self, k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch) -> Op {
+        let ks = &self.gpu.kernels;
+        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d }
+    }
+
+    /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
+    #[allow(clippy::too_many_arguments)]
+    fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
+        let ks = &self.gpu.kernels;
+        for ch in &m.chunks {
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
+            let mm = Kernel::MatMul { ty: m.ty, acc };
+            let lanes = matvec_lanes(m.cols);
+            let mv = Kernel::MatVec { ty: m.ty, acc, lanes };
+            out.push(Op {
+                name: mm.name(),
+                pipeline: ks.pipeline(mm),
+                matvec: Some(ks.pipeline(mv)),
+                bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
+                dispatch: Dispatch::Mat { n: ch.rows, lanes },
+            });
+        }
+    }
+}
+
+/// Runs one weight matrix on `t` input rows `x` (`t * cols` values) with the engine's kernels:
+/// the matvec for one row, the tiled matmul for more; or, with `embed`, looks up the rows whose
+/// ids are `x` (as integers). Returns `t * rows` (or `t * cols`) values. For tests and tools.
+pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: bool) -> Result<Vec<f32>> {
+    let b = Builder::new(gpu);
+    let step = gpu.uniform("step", &u32s(&[t as u32, 0, 0, 0]));
+    let (xbuf, out_len) = if embed {
+        let ids: Vec<u32> = x.iter().map(|v| *v as u32).collect();
+        (gpu.storage_uncapped("ids", bytemuck::cast_slice(&ids))?, t * m.cols as usize)
+    } else {
+        (gpu.storage_uncapped("x", bytemuck::cast_slice(x))?, t * m.rows as usize)
+    };
+    let y = gpu.storage_uncapped("y", &vec![0u8; out_len * 4])?;
+    let mut ops = vec![];
+    if embed {
+        for ch in &m.chunks {
+            let p = b.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols]));
+            ops.push(b.op(Kernel::Embed { ty: m.ty }, &[&ch.buf, &xbuf, &y, &p, &step], Dispatch::Embed { k: m.cols }));
+        }
+    } else {
+        b.mat(&mut ops, m, &xbuf, &y, false, m.rows, &step);
+    }
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        for op in &ops {
+            op.record(&mut pass, t as u32);
+        }
+    }
+    gpu.queue.submit([enc.finish()]);
+    let bytes = gpu.read(&y, 0, (out_len * 4) as u64).await?;
+    Ok(bytemuck::cast_slice(&bytes).to_vec())
 }
 
 /// One sequence's state on the GPU.
@@ -142,36 +218,14 @@ impl<'m> Session<'m> {
         let step = gpu.uniform("step", &[0; 16]);
         let step_out = gpu.uniform("step_out", &[0; 16]);
 
-        let ks = &gpu.kernels;
-        // Uniform parameter blocks, shared by every op with the same contents.
-        let params: RefCell<HashMap<Vec<u8>, wgpu::Buffer>> = RefCell::default();
-        let param = |bytes: Vec<u8>| {
-            params.borrow_mut().entry(bytes.clone()).or_insert_with(|| gpu.uniform("params", &bytes)).clone()
+        let b = Builder::new(gpu);
+        let param = |bytes: Vec<u8>| b.param(bytes);
+        let op = |k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch| b.op(k, bufs, d);
+        let mat_ops = |out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer| {
+            b.mat(out, m, x, y, acc, stride, step)
         };
         let mut body = Vec::new();
         let mut head = Vec::new();
-        let op = |k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch| Op {
-            name: k.name(),
-            pipeline: ks.pipeline(k),
-            matvec: None,
-            bind: ks.bind(k, bufs),
-            dispatch: d,
-        };
-        let mat_ops = |out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer| {
-            for ch in &m.chunks {
-                let p = param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
-                let mm = Kernel::MatMul { ty: m.ty, acc };
-                let lanes = matvec_lanes(m.cols);
-                let mv = Kernel::MatVec { ty: m.ty, acc, lanes };
-                out.push(Op {
-                    name: mm.name(),
-                    pipeline: ks.pipeline(mm),
-                    matvec: Some(ks.pipeline(mv)),
-                    bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
-                    dispatch: Dispatch::Mat { n: ch.rows, lanes },
-                });
-            }
-        };
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
         for ch in &model.embed.chunks {
             let p = param(u32s(&[ch.rows, h, model.embed.row_bytes, ch.row0, h]));

@@ -81,8 +81,8 @@ impl Gpu {
             max_binding = max_binding.min(cap);
         }
         max_binding &= !255;
-        if max_binding < 4096 {
-            return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 4096)")));
+        if max_binding < 256 {
+            return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
         }
         let kernels = std::sync::Arc::new(kernels::Kernels::new(&device));
         Ok(Gpu { device, queue, info, limits, max_binding, kernels })
@@ -98,12 +98,30 @@ impl Gpu {
                 self.max_binding
             )));
         }
-        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+        Ok(self.buffer_padded(label, padded))
+    }
+
+    /// A storage buffer bound by the device's real limits only, not the engine's cap (for tools
+    /// and tests that feed kernels directly).
+    pub fn storage_uncapped(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let padded = (data.len() as u64).div_ceil(4) * 4 + 4;
+        if padded > self.limits.max_storage_buffer_binding_size as u64 {
+            return Err(Error::Gpu(format!("{label}: {padded} bytes exceed the device's binding limit")));
+        }
+        let buf = self.buffer_padded(label, padded);
+        let mut v = data.to_vec();
+        v.resize(padded as usize, 0);
+        self.queue.write_buffer(&buf, 0, &v);
+        Ok(buf)
+    }
+
+    fn buffer_padded(&self, label: &str, padded: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: padded,
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
-        }))
+        })
     }
 
     /// A storage buffer initialised with `data`.

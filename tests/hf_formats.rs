@@ -1,0 +1,85 @@
+//! HF checkpoints: sharded safetensors with an index, and the load-time formats (f16, q8_0,
+//! q4_0) against the bf16 golden.
+
+mod common;
+use common::*;
+use std::collections::HashMap;
+use tildeopen::loader::WeightFormat;
+use tildeopen::{Model, Session, SessionOptions};
+
+fn logits(model: &Model, ids: &[u32]) -> Vec<Vec<f32>> {
+    let mut s = Session::new(model, SessionOptions { ctx_size: 256, kv_f16: false, ..Default::default() }).unwrap();
+    pollster::block_on(s.logits_all(ids)).unwrap()
+}
+
+#[test]
+fn sharded_checkpoint_matches_golden() {
+    let src = fixtures().join("models/tiny-tildeopen-decoupled");
+    let dir = std::env::temp_dir().join(format!("tildeopen-test-{}-sharded", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+    names.sort();
+    let mut weight_map = HashMap::new();
+    for (i, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-0000{}-of-00002.safetensors", i + 1);
+        let views: Vec<(String, safetensors::tensor::TensorView)> = part.iter().map(|n| (n.clone(), st.tensor(n).unwrap())).collect();
+        safetensors::serialize_to_file(views, None, &dir.join(&file)).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), file.clone());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+
+    let g = golden(&src.join("golden.safetensors"));
+    let gpu = gpu(None);
+    let model = Model::load_on(&dir, &gpu, WeightFormat::BF16).unwrap();
+    let d = max_abs_diff(&logits(&model, &g.input_ids), &g.logits);
+    println!("sharded: max |dlogit| {d}");
+    assert!(d <= 0.01, "{d}");
+}
+
+#[test]
+fn load_time_formats() {
+    let src = fixtures().join("models/tiny-tildeopen-64k");
+    let g = golden(&src.join("golden.safetensors"));
+    let gpu = gpu(None);
+    // (format, bound on max |dlogit| against the bf16 golden): f16 holds these bf16 weights
+    // exactly; the 8- and 4-bit formats carry their quantization error.
+    for (fmt, bound, argmax_share) in [("f16", 0.01, 1.0), ("q8_0", 0.5, 0.9), ("q4_0", 5.0, 0.3)] {
+        let model = Model::load_on(&src, &gpu, WeightFormat::parse(fmt).unwrap()).unwrap();
+        let l = logits(&model, &g.input_ids);
+        let d = max_abs_diff(&l, &g.logits);
+        let same = l.iter().zip(&g.logits).filter(|(a, b)| argmax(a) == argmax(b)).count() as f64 / l.len() as f64;
+        println!("{fmt}: max |dlogit| {d:.4}, argmax agreement {same:.3}, {} weight bytes", model.weight_bytes);
+        assert!(d <= bound, "{fmt}: {d} > {bound}");
+        assert!(same >= argmax_share, "{fmt}: argmax agreement {same}");
+    }
+}
+
+/// Load-time quantization of a bf16 checkpoint gives llama.cpp's bytes: the HF fixture quantized
+/// here equals `llama-quantize`'s GGUF of the same checkpoint, block for block.
+#[test]
+fn load_time_quantization_matches_llama_cpp() {
+    use tildeopen::loader::ModelFiles;
+    let dir = fixtures().join("models/tiny-tildeopen");
+    for (fmt, file) in [("q8_0", "model-Q8_0.gguf"), ("q4_0", "model-Q4_0.gguf")] {
+        let hf = ModelFiles::open(&dir, WeightFormat::parse(fmt).unwrap()).unwrap();
+        let cfg = hf.config().unwrap();
+        let gg = ModelFiles::open(&dir.join(file), WeightFormat::BF16).unwrap();
+        for name in ["blk.0.ffn_gate.weight", "blk.2.ffn_up.weight", "blk.1.attn_v.weight"] {
+            let (rows, cols) = if name.contains("attn_v") { (cfg.kv_dim(), cfg.hidden_size) } else { (cfg.intermediate_size, cfg.hidden_size) };
+            let a = hf.tensor(name, rows, cols, &cfg).unwrap();
+            let b = gg.tensor(name, rows, cols, &cfg).unwrap();
+            assert_eq!(a.ty, b.ty, "{fmt} {name}");
+            let bb = a.ty.block_bytes();
+            let differ = a.data.chunks(bb).zip(b.data.chunks(bb)).filter(|(x, y)| x != y).count();
+            println!("{fmt} {name}: {differ} of {} blocks differ from llama.cpp", a.data.len() / bb);
+            assert_eq!(differ, 0, "{fmt} {name}");
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Every supported tensor type, kernel by kernel, against gguf-py's dequantization (llama.cpp's
+//! Python reference; vectors made by scripts/make-quant-vectors.py): the host dequantizer, the
+//! matvec (1 token), the tiled matmul (70 tokens: a partial second tile) and the embedding
+//! lookup, also with the matrix split across buffers.
+
+mod common;
+use common::*;
+use std::borrow::Cow;
+use tildeopen::engine::apply_matrix;
+use tildeopen::loader::HostTensor;
+use tildeopen::model::GpuMatrix;
+use tildeopen::quant::{dequantize_row, GgmlType};
+
+struct Vectors {
+    bytes: Vec<u8>,
+}
+
+impl Vectors {
+    fn load() -> Self {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/quant-vectors.safetensors");
+        Vectors { bytes: std::fs::read(p).unwrap() }
+    }
+    fn get(&self, name: &str) -> (Vec<usize>, Vec<u8>) {
+        let st = safetensors::SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap();
+        (t.shape().to_vec(), t.data().to_vec())
+    }
+    fn f32s(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let (s, b) = self.get(name);
+        (s, b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
+    }
+}
+
+fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(1e-3f32, |a, b| a.max(b.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * scale, "{what}[{i}]: got {g}, want {w} (scale {scale})");
+    }
+}
+
+#[test]
+fn every_type_every_kernel() {
+    let v = Vectors::load();
+    let (xs, x) = v.f32s("x");
+    let cols = xs[1];
+    let whole = gpu(None);
+    for split in [false, true] {
+        for ty in GgmlType::ALL {
+            // Split: a binding cap that holds 3 of the 8 rows.
+            let rb = ty.row_bytes(cols).unwrap() as u64;
+            let binding = split.then(|| (3 * rb + 4).div_ceil(256) * 256);
+            let gpu = if split { gpu(binding) } else { whole.clone() };
+            let (rs, raw) = v.get(&format!("{}.raw", ty.name()));
+            let (_, want) = v.f32s(&format!("{}.f32", ty.name()));
+            let rows = rs[0];
+            // Host dequantizer.
+            let mut host = Vec::new();
+            dequantize_row(ty, &raw, &mut host);
+            close(&host, &want, 1e-6, &format!("{} host dequant", ty.name()));
+
+            let t = HostTensor { ty, rows, cols, data: Cow::Borrowed(&raw) };
+            let m = GpuMatrix::upload(&gpu, ty.name(), &t).unwrap();
+            if split {
+                assert_eq!(m.chunks.len(), 3, "{}: not split in 3", ty.name());
+            }
+            for ntok in [1usize, 70] {
+                let xin = &x[..ntok * cols];
+                let got = pollster::block_on(apply_matrix(&gpu, &m, xin, ntok, false)).unwrap();
+                let mut reference = vec![0f32; ntok * rows];
+                for tk in 0..ntok {
+                    for r in 0..rows {
+                        let w = &want[r * cols..(r + 1) * cols];
+                        let xr = &xin[tk * cols..(tk + 1) * cols];
+                        reference[tk * rows + r] = w.iter().zip(xr).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() as f32;
+                    }
+                }
+                close(&got, &reference, 1e-4, &format!("{} x {ntok} tokens (binding {binding:?})", ty.name()));
+            }
+            let ids = [3f32, 0.0, 7.0, 5.0, 3.0];
+            let got = pollster::block_on(apply_matrix(&gpu, &m, &ids, ids.len(), true)).unwrap();
+            let reference: Vec<f32> = ids.iter().flat_map(|&i| want[i as usize * cols..(i as usize + 1) * cols].to_vec()).collect();
+            close(&got, &reference, 1e-6, &format!("{} embedding", ty.name()));
+        }
+    }
+}
