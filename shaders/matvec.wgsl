@@ -36,22 +36,32 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let g = lid / LANES;
     let lane = lid % LANES;
     let row0 = ((wid.y * nwg.x + wid.x) * (256u / LANES) + g) * NR;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    // Rows past the end read row 0 again (always present) and are never written.
+    var acc = vec4<f32>(0.0);
     if (row0 < p.n) {
-        let nr = min(NR, p.n - row0);
+        let rb0 = row0 * p.row_bytes;
+        let rb1 = select(0u, rb0 + p.row_bytes, row0 + 1u < p.n);
+        let rb2 = select(0u, rb0 + 2u * p.row_bytes, row0 + 2u < p.n);
+        let rb3 = select(0u, rb0 + 3u * p.row_bytes, row0 + 3u < p.n);
         var xv: array<vec4<f32>, 8>;
         for (var u = lane; u < p.k / 32u; u += LANES) {
-            for (var i = 0u; i < 8u; i++) {
-                xv[i] = X[u * 8u + i];
-            }
-            for (var r = 0u; r < nr; r++) {
-                acc[r] += dot32((row0 + r) * p.row_bytes, u * 32u, &xv);
-            }
+            let xo = u * 8u;
+            xv[0] = X[xo];
+            xv[1] = X[xo + 1u];
+            xv[2] = X[xo + 2u];
+            xv[3] = X[xo + 3u];
+            xv[4] = X[xo + 4u];
+            xv[5] = X[xo + 5u];
+            xv[6] = X[xo + 6u];
+            xv[7] = X[xo + 7u];
+            let e = u * 32u;
+            acc += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
         }
     }
-    for (var r = 0u; r < NR; r++) {
-        red[r * 256u + lid] = acc[r];
-    }
+    red[lid] = acc.x;
+    red[256u + lid] = acc.y;
+    red[512u + lid] = acc.z;
+    red[768u + lid] = acc.w;
     workgroupBarrier();
     // Thread r of each group sums row row0 + r.
     let row = row0 + lane;
