@@ -60,6 +60,30 @@ fn unsupported_tensor_type() {
 }
 
 #[test]
+fn unknown_architecture() {
+    let mut src = std::fs::read(fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap();
+    let key = b"general.architecture";
+    let at = src.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    // value: u32 type (8 = string), u64 length 5, "llama"
+    assert_eq!(&src[at + 12..at + 17], b"llama");
+    src[at + 12..at + 17].copy_from_slice(b"qwen2");
+    let p = tmpdir("arch").join("qwen.gguf");
+    std::fs::write(&p, &src).unwrap();
+    let e = open_err(&p);
+    assert!(e.contains("unsupported model") && e.contains("qwen2"), "{e}");
+
+    let d = tmpdir("arch-hf");
+    let cfg = std::fs::read_to_string(fixtures().join("models/tiny-tildeopen/config.json"))
+        .unwrap()
+        .replace("LlamaForCausalLM", "MistralForCausalLM")
+        .replace("\"llama\"", "\"mistral\"");
+    std::fs::write(d.join("config.json"), cfg).unwrap();
+    std::os::unix::fs::symlink(fixtures().join("models/tiny-tildeopen/model.safetensors"), d.join("model.safetensors")).unwrap();
+    let e = open_err(&d);
+    assert!(e.contains("unsupported model") && e.contains("mistral"), "{e}");
+}
+
+#[test]
 fn safetensors_header_lies_about_sizes() {
     let src_dir = fixtures().join("models/tiny-tildeopen");
     let d = tmpdir("st");
@@ -110,11 +134,18 @@ fn cli_errors_are_one_line() {
         (vec!["logits", "--model", m, "--tokens", "1", "--max-binding-size", "100"], "too small"),
     ] {
         let (code, _, err) = cli(&args);
-        assert_ne!(code, 0, "{args:?}");
-        let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("{args:?}: {err}"));
-        assert!(line.contains(want), "{args:?}: {line}");
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        check(&args, code, &err, want);
     }
+    // No adapter: only backends that do not exist on this machine.
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).arg("info").env("WGPU_BACKEND", "dx12").output().unwrap();
+    check(&["info (WGPU_BACKEND=dx12)"], out.status.code().unwrap_or(-1), &String::from_utf8_lossy(&out.stderr), "no usable GPU adapter");
+}
+
+fn check(args: &[&str], code: i32, err: &str, want: &str) {
+    assert_ne!(code, 0, "{args:?}");
+    let line = err.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("{args:?}: {err}"));
+    assert!(line.contains(want), "{args:?}: {line}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
 
 #[test]
