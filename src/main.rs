@@ -193,8 +193,13 @@ mod cli {
                 }
                 let vocab = l.model.cfg.vocab_size as u32;
                 let prompt: Vec<u32> = (0..prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+                // Warm-up: compiles every pipeline (matmul, matvec, attention) on a short run.
+                s.reset();
+                pollster::block_on(s.feed(&prompt[..prompt.len().min(8)]))?;
+                pollster::block_on(s.feed(&[1]))?;
+                pollster::block_on(s.last_argmax())?;
                 let (mut pre, mut dec) = (vec![], vec![]);
-                for r in 0..repeat.max(1) + 1 {
+                for _ in 0..repeat.max(1) {
                     s.reset();
                     let t0 = Instant::now();
                     pollster::block_on(s.feed(&prompt))?;
@@ -205,11 +210,8 @@ mod cli {
                         tok = pollster::block_on(s.last_argmax())?;
                     }
                     let t2 = Instant::now();
-                    if r > 0 {
-                        // The first run warms up pipelines and is not counted.
-                        pre.push(prompt_tokens as f64 / (t1 - t0).as_secs_f64());
-                        dec.push(gen_tokens as f64 / (t2 - t1).as_secs_f64());
-                    }
+                    pre.push(prompt_tokens as f64 / (t1 - t0).as_secs_f64());
+                    dec.push(gen_tokens as f64 / (t2 - t1).as_secs_f64());
                 }
                 let (p, d) = (median(&mut pre), median(&mut dec));
                 if let Some(prof) = s.profile() {
