@@ -153,7 +153,7 @@ impl ModelConfig {
         };
         let eos = token_ids(v.get("eos_token_id"));
         let dtype = v.get("dtype").or_else(|| v.get("torch_dtype")).and_then(Value::as_str).unwrap_or("");
-        Ok(ModelConfig {
+        ModelConfig {
             architecture: "llama".into(),
             vocab_size: get_usize(&v, "vocab_size")?,
             hidden_size,
@@ -171,7 +171,7 @@ impl ModelConfig {
             eos_token_ids: eos,
             inv_freq_bf16: dtype == "bfloat16",
         }
-        .validated()?)
+        .validated()
     }
 
     /// Checks the invariants the kernels rely on.
@@ -180,13 +180,13 @@ impl ModelConfig {
         if c.hidden_size == 0 || c.num_layers == 0 || c.num_heads == 0 || c.vocab_size == 0 {
             return Err(Error::Unsupported("zero-sized model dimension".into()));
         }
-        if c.num_kv_heads == 0 || c.num_heads % c.num_kv_heads != 0 {
+        if c.num_kv_heads == 0 || !c.num_heads.is_multiple_of(c.num_kv_heads) {
             return Err(Error::Unsupported(format!(
                 "{} query heads are not a multiple of {} KV heads",
                 c.num_heads, c.num_kv_heads
             )));
         }
-        if c.head_dim % 2 != 0 || c.head_dim > 256 {
+        if !c.head_dim.is_multiple_of(2) || c.head_dim > 256 {
             return Err(Error::Unsupported(format!("head_dim {} (must be even and <= 256)", c.head_dim)));
         }
         for (name, v) in [

@@ -169,7 +169,7 @@ impl Gguf {
             let n: u64 = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or_else(|| {
                 Error::corrupt(path, format!("tensor {name} dimensions overflow"))
             })?;
-            if n % ty.block_elems() as u64 != 0 || dims[0] % ty.block_elems() as u64 != 0 {
+            if !n.is_multiple_of(ty.block_elems() as u64) || dims[0] % ty.block_elems() as u64 != 0 {
                 return Err(Error::corrupt(path, format!("tensor {name}: rows are not whole {} blocks", ty.name())));
             }
             let size = n / ty.block_elems() as u64 * ty.block_bytes() as u64;

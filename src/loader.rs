@@ -151,7 +151,7 @@ impl ModelFiles {
 
 /// llama.cpp stores row `h*d + 2i + s` of a head where HF has row `h*d + s*d/2 + i`.
 fn unpermute_rows(data: &[u8], rows: usize, heads: usize) -> Result<Vec<u8>> {
-    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(Error::Shape(format!("{rows} Q/K rows do not split into {heads} heads")));
     }
     let rb = data.len() / rows;

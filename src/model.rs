@@ -29,7 +29,7 @@ impl GpuMatrix {
         if t.data.len() != row_bytes * t.rows {
             return Err(Error::Shape(format!("{name}: {} bytes for {}x{} {}", t.data.len(), t.rows, t.cols, t.ty.name())));
         }
-        if t.cols % 32 != 0 {
+        if !t.cols.is_multiple_of(32) {
             return Err(Error::Unsupported(format!("{name}: {} columns is not a multiple of 32", t.cols)));
         }
         // Leave room for the 4 padding bytes of each buffer.

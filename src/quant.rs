@@ -92,7 +92,7 @@ impl GgmlType {
 
     /// Bytes of one row of `cols` elements, or an error if `cols` is not whole blocks.
     pub fn row_bytes(self, cols: usize) -> Result<usize> {
-        if cols % self.block_elems() != 0 {
+        if !cols.is_multiple_of(self.block_elems()) {
             return Err(Error::Shape(format!(
                 "row of {cols} elements is not a whole number of {} blocks",
                 self.name()

@@ -87,7 +87,7 @@ fn prefill_then_decode_equals_one_prefill() {
             pollster::block_on(s.feed(&[t])).unwrap();
             stepped.push(pollster::block_on(s.last_logits()).unwrap());
         }
-        let d = max_abs_diff(&stepped, &whole[split - 1..].to_vec());
+        let d = max_abs_diff(&stepped, &whole[split - 1..]);
         println!("{m}: prefill+decode vs prefill max |d| = {d}");
         assert!(d <= 1e-3, "{m}: {d}");
         assert_eq!(s.position(), ids.len());

@@ -76,7 +76,7 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Gpu(format!("cannot open device on {}: {e}", info.name)))?;
-        let mut max_binding = (limits.max_storage_buffer_binding_size as u64).min(limits.max_buffer_size);
+        let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         if let Some(cap) = opts.max_binding_size {
             max_binding = max_binding.min(cap);
         }
@@ -105,7 +105,7 @@ impl Gpu {
     /// and tests that feed kernels directly).
     pub fn storage_uncapped(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
         let padded = (data.len() as u64).div_ceil(4) * 4 + 4;
-        if padded > self.limits.max_storage_buffer_binding_size as u64 {
+        if padded > self.limits.max_storage_buffer_binding_size {
             return Err(Error::Gpu(format!("{label}: {padded} bytes exceed the device's binding limit")));
         }
         let buf = self.buffer_padded(label, padded);
