@@ -4,13 +4,6 @@
 struct ArgmaxParams {
     n: u32, // vocabulary size
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    rows: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> L: array<f32>;
 @group(0) @binding(1) var<storage, read_write> OUT: array<u32>;
 @group(0) @binding(2) var<uniform> p: ArgmaxParams;

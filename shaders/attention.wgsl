@@ -8,13 +8,6 @@ struct AttnParams {
     head_dim: u32,
     scale: f32,
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> KC: array<u32>;
 @group(0) @binding(2) var<storage, read> VC: array<u32>;

@@ -1,20 +1,6 @@
 // X[t, :] = row TOKENS[t] of the embedding matrix, dequantized, for the rows held by this chunk
 // (the table may be split across several buffers). Prepended: bytes.wgsl and dequant8.
 
-struct MatParams {
-    n: u32,          // rows in this chunk
-    k: u32,          // hidden size
-    row_bytes: u32,
-    out_off: u32,    // first vocabulary row of this chunk
-    out_stride: u32,
-}
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> TOKENS: array<u32>;
 @group(0) @binding(2) var<storage, read_write> X: array<vec4<f32>>;

@@ -4,13 +4,6 @@
 struct KvParams {
     kv_dim: u32,
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> K: array<vec2<f32>>;
 @group(0) @binding(1) var<storage, read> V: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read_write> KC: array<u32>;

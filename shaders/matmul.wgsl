@@ -3,20 +3,6 @@
 // once per tile and shared by 64 tokens). Each thread accumulates an 8x8 block in f32 from four
 // vec4 loads per k: 16 FMAs per load. Prepended: bytes.wgsl and the weight type's dequant8.
 
-struct MatParams {
-    n: u32,
-    k: u32,
-    row_bytes: u32,
-    out_off: u32,
-    out_stride: u32,
-}
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;

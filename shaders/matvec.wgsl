@@ -5,20 +5,6 @@
 // rows); a 256-thread workgroup covers 256 / LANES * NR rows. Prepended: bytes.wgsl and the
 // weight type's dot32.
 
-struct MatParams {
-    n: u32,          // rows in this weight chunk
-    k: u32,          // columns
-    row_bytes: u32,  // bytes per row in the weight's block layout
-    out_off: u32,    // first output row of this chunk
-    out_stride: u32, // output row stride (all rows of the full matrix)
-}
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;

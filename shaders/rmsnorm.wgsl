@@ -4,13 +4,6 @@ struct NormParams {
     n: u32,
     eps: f32,
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> WEIGHT: array<f32>;
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> OUT: array<f32>;

@@ -6,13 +6,6 @@ struct RopeParams {
     heads: u32,
     head_dim: u32,
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> CS: array<vec2<f32>>;
 @group(0) @binding(1) var<storage, read_write> Q: array<f32>;
 @group(0) @binding(2) var<uniform> p: RopeParams;

@@ -3,13 +3,6 @@
 struct EltParams {
     n: u32, // elements per token
 }
-struct Step {
-    t: u32,
-    pos0: u32,
-    _a: u32,
-    _b: u32,
-}
-
 @group(0) @binding(0) var<storage, read> U: array<f32>;
 @group(0) @binding(1) var<storage, read_write> G: array<f32>;
 @group(0) @binding(2) var<uniform> p: EltParams;

@@ -5,6 +5,7 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::quant::{self, GgmlType};
+pub use crate::tensor::HostTensor;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -35,23 +36,6 @@ impl WeightFormat {
             Self::F16 => GgmlType::F16,
             Self::BF16 => GgmlType::BF16,
         }
-    }
-}
-
-/// A weight matrix on the host, in a GPU-ready layout: `rows` rows of `cols` elements of `ty`.
-pub struct HostTensor<'a> {
-    pub ty: GgmlType,
-    pub rows: usize,
-    pub cols: usize,
-    pub data: Cow<'a, [u8]>,
-}
-
-impl HostTensor<'_> {
-    /// All elements as f32 (used for the small norm vectors).
-    pub fn to_f32(&self) -> Vec<f32> {
-        let mut v = Vec::with_capacity(self.rows * self.cols);
-        quant::dequantize_row(self.ty, &self.data, &mut v);
-        v
     }
 }
 

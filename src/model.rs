@@ -4,7 +4,7 @@
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::loader::HostTensor;
+use crate::tensor::HostTensor;
 use crate::quant::GgmlType;
 
 /// A run of whole rows of a matrix in one buffer.

@@ -1,5 +1,6 @@
 //! The WGSL kernels (one per file in `shaders/`), their bind group layouts and pipelines.
-//! Weight-reading kernels are linked with `bytes.wgsl` and the weight type's `dequant8`;
+//! Every kernel is prefixed with `common.wgsl` (shared structs); weight-reading kernels are
+//! linked with `bytes.wgsl` and the weight type's `dequant8`/`dot32`;
 //! variants (accumulate into the output, f16 or f32 KV cache) are `override` constants.
 
 use crate::quant::GgmlType;
@@ -68,23 +69,25 @@ impl Kernel {
     }
 
     fn source(self) -> String {
+        const COMMON: &str = include_str!("../../shaders/common.wgsl");
         const BYTES: &str = include_str!("../../shaders/bytes.wgsl");
         const KSCALE: &str = include_str!("../../shaders/quant/kscale.wgsl");
-        let with_weights = |ty: GgmlType, body: &str| {
+        let weights = |ty: GgmlType| {
             let ks = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { KSCALE } else { "" };
-            format!("{BYTES}\n{ks}\n{}\n{body}", ty.wgsl())
+            format!("{BYTES}\n{ks}\n{}", ty.wgsl())
         };
-        match self {
-            Kernel::MatVec { ty, .. } => with_weights(ty, include_str!("../../shaders/matvec.wgsl")),
-            Kernel::MatMul { ty, .. } => with_weights(ty, include_str!("../../shaders/matmul.wgsl")),
-            Kernel::Embed { ty } => with_weights(ty, include_str!("../../shaders/embed.wgsl")),
-            Kernel::RmsNorm => include_str!("../../shaders/rmsnorm.wgsl").into(),
-            Kernel::Rope => include_str!("../../shaders/rope.wgsl").into(),
-            Kernel::KvStore { .. } => include_str!("../../shaders/kv_store.wgsl").into(),
-            Kernel::Attention { .. } => include_str!("../../shaders/attention.wgsl").into(),
-            Kernel::SwiGlu => include_str!("../../shaders/swiglu.wgsl").into(),
-            Kernel::Argmax => include_str!("../../shaders/argmax.wgsl").into(),
-        }
+        let (prelude, body) = match self {
+            Kernel::MatVec { ty, .. } => (weights(ty), include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatMul { ty, .. } => (weights(ty), include_str!("../../shaders/matmul.wgsl")),
+            Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
+            Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
+            Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
+            Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
+            Kernel::Attention { .. } => (String::new(), include_str!("../../shaders/attention.wgsl")),
+            Kernel::SwiGlu => (String::new(), include_str!("../../shaders/swiglu.wgsl")),
+            Kernel::Argmax => (String::new(), include_str!("../../shaders/argmax.wgsl")),
+        };
+        format!("{COMMON}\n{prelude}\n{body}")
     }
 
     fn constants(self) -> Vec<(&'static str, f64)> {

@@ -1,0 +1,18 @@
+// Declarations shared by every kernel (prepended to each).
+
+// What changes per forward pass: written once per step by the engine.
+struct Step {
+    t: u32,    // tokens in this pass (or logit rows, for the output head)
+    pos0: u32, // position of the first one
+    _a: u32,
+    _b: u32,
+}
+
+// A weight matrix chunk (matvec, matmul, embedding).
+struct MatParams {
+    n: u32,          // rows in this weight chunk
+    k: u32,          // columns
+    row_bytes: u32,  // bytes per row in the weight's block layout
+    out_off: u32,    // first output row of this chunk (embedding: first vocabulary row)
+    out_stride: u32, // output row stride (all rows of the full matrix)
+}
