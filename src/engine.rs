@@ -96,6 +96,14 @@ impl<'g> Builder<'g> {
         Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d }
     }
 
+    /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
+    fn embed(&self, out: &mut Vec<Op>, m: &GpuMatrix, tokens: &wgpu::Buffer, x: &wgpu::Buffer, step: &wgpu::Buffer) {
+        for ch in &m.chunks {
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols]));
+            out.push(self.op(Kernel::Embed { ty: m.ty }, &[&ch.buf, tokens, x, &p, step], Dispatch::Embed { k: m.cols }));
+        }
+    }
+
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
@@ -131,10 +139,7 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     let y = gpu.storage_uncapped("y", &vec![0u8; out_len * 4])?;
     let mut ops = vec![];
     if embed {
-        for ch in &m.chunks {
-            let p = b.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols]));
-            ops.push(b.op(Kernel::Embed { ty: m.ty }, &[&ch.buf, &xbuf, &y, &p, &step], Dispatch::Embed { k: m.cols }));
-        }
+        b.embed(&mut ops, m, &xbuf, &y, &step);
     } else {
         b.mat(&mut ops, m, &xbuf, &y, false, m.rows, &step);
     }
@@ -227,10 +232,7 @@ impl<'m> Session<'m> {
         let mut body = Vec::new();
         let mut head = Vec::new();
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
-        for ch in &model.embed.chunks {
-            let p = param(u32s(&[ch.rows, h, model.embed.row_bytes, ch.row0, h]));
-            body.push(op(Kernel::Embed { ty: model.embed.ty }, &[&ch.buf, &tokens, &x, &p, &step], Dispatch::Embed { k: h }));
-        }
+        b.embed(&mut body, &model.embed, &tokens, &x, &step);
         let mut norm_p = u32s(&[h]);
         norm_p.extend_from_slice(&c.rms_norm_eps.to_le_bytes());
         let norm_p = param(norm_p);

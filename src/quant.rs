@@ -101,7 +101,8 @@ impl GgmlType {
         Ok(cols / self.block_elems() * self.block_bytes())
     }
 
-    /// The WGSL source of this type's `dequant8` function.
+    /// The WGSL source of this type's `dequant8` and, for block types, `dot32` (the float
+    /// types share `dot32_generic.wgsl`).
     pub fn wgsl(self) -> &'static str {
         match self {
             Self::F32 => include_str!("../shaders/quant/f32.wgsl"),

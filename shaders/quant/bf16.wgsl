@@ -7,12 +7,3 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     let i = (rb >> 2u) + (e >> 1u);
     return F8(vec4<f32>(bf2(W[i]), bf2(W[i + 1u])), vec4<f32>(bf2(W[i + 2u]), bf2(W[i + 3u])));
 }
-// dot(W[row, e..e+32], xv) for the matvec kernel.
-fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
-    var s = 0.0;
-    for (var i = 0u; i < 4u; i++) {
-        let w = dequant8(rb, e + 8u * i);
-        s += dot(w.a, (*xv)[2u * i]) + dot(w.b, (*xv)[2u * i + 1u]);
-    }
-    return s;
-}

@@ -6,9 +6,9 @@ fn dequant8(rb: u32, e: u32) -> F8 {
     let g = w >> 6u;
     let hi = (w >> 5u) & 1u;
     let l0 = w & 31u;
-    let sm = k_scale_min(bo + 4u, 2u * g + hi);
-    let d = rd_f16(bo) * sm.x;
-    let m = rd_f16(bo + 2u) * sm.y;
+    let dm = k_sub_dm(bo, w);
+    let d = dm.x;
+    let m = dm.y;
     let q = bo + 16u + 32u * g + l0;
     let sh = hi * 4u;
     return F8(nib4(W[q >> 2u], sh) * d - m, nib4(W[(q >> 2u) + 1u], sh) * d - m);
@@ -20,8 +20,7 @@ fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
     let w = e & 255u;
     let g = w >> 6u;
     let hi = (w >> 5u) & 1u;
-    let sm = k_scale_min(bo + 4u, 2u * g + hi);
-    let dd = unpack2x16float(W[bo >> 2u]);
+    let dm = k_sub_dm(bo, w);
     let q0 = (bo + 16u + 32u * g) >> 2u;
     let sh = hi * 4u;
     var s = 0.0;
@@ -31,5 +30,5 @@ fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
         s += dot(nib4(W[q0 + i], sh), x);
         sx += dot(x, vec4<f32>(1.0));
     }
-    return dd.x * sm.x * s - dd.y * sm.y * sx;
+    return dm.x * s - dm.y * sx;
 }

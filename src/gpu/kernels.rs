@@ -72,9 +72,11 @@ impl Kernel {
         const COMMON: &str = include_str!("../../shaders/common.wgsl");
         const BYTES: &str = include_str!("../../shaders/bytes.wgsl");
         const KSCALE: &str = include_str!("../../shaders/quant/kscale.wgsl");
+        const DOT32_GENERIC: &str = include_str!("../../shaders/quant/dot32_generic.wgsl");
         let weights = |ty: GgmlType| {
             let ks = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { KSCALE } else { "" };
-            format!("{BYTES}\n{ks}\n{}", ty.wgsl())
+            let dot = if ty.block_elems() == 1 { DOT32_GENERIC } else { "" };
+            format!("{BYTES}\n{ks}\n{}\n{dot}", ty.wgsl())
         };
         let (prelude, body) = match self {
             Kernel::MatVec { ty, .. } => (weights(ty), include_str!("../../shaders/matvec.wgsl")),
