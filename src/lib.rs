@@ -19,8 +19,10 @@ pub mod loader;
 pub mod model;
 pub mod quant;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use config::ModelConfig;
 pub use engine::{Session, SessionOptions};
 pub use error::{Error, Result};
 pub use model::Model;
+pub use tokenizer::Tokenizer;

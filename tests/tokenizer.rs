@@ -1,0 +1,111 @@
+//! Tokenizers against the sentencepiece and llama.cpp goldens: ids and decoded text, 100%.
+
+mod common;
+
+use common::fixtures;
+use tildeopen::tokenizer::{StreamDecoder, Tokenizer};
+
+#[derive(serde::Deserialize)]
+struct Line {
+    text: String,
+    ids: Vec<u32>,
+    decoded: Option<String>,
+}
+
+fn golden(path: &std::path::Path) -> Vec<Line> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Encodes every golden string; checks ids, decoded text, and that streaming decode gives the
+/// same text in valid UTF-8 pieces.
+fn check(tok: &Tokenizer, lines: &[Line], what: &str) {
+    let mut bad = Vec::new();
+    for l in lines {
+        let ids = tok.encode(&l.text).unwrap();
+        if ids != l.ids {
+            bad.push(format!("{:?}: got {:?} want {:?}", l.text, ids, l.ids));
+            continue;
+        }
+        if let Some(d) = &l.decoded {
+            let got = tok.decode_all(&ids).unwrap();
+            if &got != d {
+                bad.push(format!("{:?}: decoded {:?} want {:?}", l.text, got, d));
+            }
+        }
+        let mut sd = StreamDecoder::new();
+        let mut streamed = String::new();
+        for &i in &ids {
+            streamed += &sd.push(tok, i).unwrap();
+        }
+        streamed += &sd.finish(tok).unwrap();
+        let whole = tok.decode(&ids).unwrap();
+        if streamed != whole {
+            bad.push(format!("{:?}: streamed {:?} != {:?}", l.text, streamed, whole));
+        }
+    }
+    assert!(bad.is_empty(), "{what}: {} of {} differ:\n{}", bad.len(), lines.len(), bad[..bad.len().min(10)].join("\n"));
+    eprintln!("{what}: {} of {} strings exact", lines.len(), lines.len());
+}
+
+#[test]
+fn sentencepiece_bpe_and_unigram() {
+    let dir = fixtures().join("tokenizers");
+    for kind in ["bpe", "unigram"] {
+        let tok = Tokenizer::load(&dir.join(format!("tokenizer-{kind}.model"))).unwrap();
+        check(&tok, &golden(&dir.join(format!("tokenizer-{kind}.golden-1.jsonl"))), kind);
+    }
+}
+
+#[test]
+fn gguf_llama_vocab_matches_sentencepiece() {
+    // The tiny GGUFs embed the BPE tokenizer.model's vocabulary; llama.cpp's tokenizer (and
+    // ours) must give sentencepiece's ids.
+    let tok = Tokenizer::load(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap();
+    check(&tok, &golden(&fixtures().join("tokenizers/tokenizer-bpe.golden-1.jsonl")), "gguf llama vocab");
+    assert_eq!(tok.bos, Some(48));
+    assert!(tok.is_eog(48));
+}
+
+#[test]
+fn hf_dir_uses_tokenizer_model_and_configs() {
+    let tok = Tokenizer::load(&fixtures().join("models/tiny-tildeopen")).unwrap();
+    assert!(tok.is_sentencepiece());
+    assert_eq!(tok.bos, Some(48));
+    assert!(!tok.add_bos);
+    assert!(tok.is_eog(48));
+    assert_eq!(tok.encode_chat("<|user|>Hi<|user|><|assistant|>").unwrap()[0], 7);
+}
+
+#[test]
+fn smollm2_gguf_byte_level_bpe() {
+    let path = common::smollm2();
+    let tok = Tokenizer::load(&path).unwrap();
+    check(&tok, &golden(&fixtures().join("smollm2/tokenizer.golden-1.jsonl")), "smollm2 gpt2");
+    // Special-token text is text for encode(), a token for encode_chat().
+    assert_ne!(tok.encode("<|im_start|>").unwrap(), vec![1]);
+    assert_eq!(tok.encode_chat("<|im_start|>user\nHi<|im_end|>").unwrap()[0], 1);
+    assert!(tok.is_eog(2));
+    // The same vocabulary through the tokenizer.json path.
+    let dir = std::env::temp_dir().join(format!("tildeopen-tokjson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("tokenizer.json");
+    std::fs::write(&json, tok.to_hf_json().unwrap()).unwrap();
+    let from_json = Tokenizer::load(&json).unwrap();
+    check(&from_json, &golden(&fixtures().join("smollm2/tokenizer.golden-1.jsonl")), "smollm2 tokenizer.json");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn stream_decoder_holds_back_partial_characters() {
+    let tok = Tokenizer::load(&fixtures().join("tokenizers/tokenizer-bpe.model")).unwrap();
+    // An emoji the vocabulary lacks: four byte-fallback pieces.
+    let ids = tok.encode("a 🦀 b").unwrap();
+    let mut sd = StreamDecoder::new();
+    let mut deltas = Vec::new();
+    for &i in &ids {
+        deltas.push(sd.push(&tok, i).unwrap());
+    }
+    assert!(deltas.iter().all(|d| !d.contains('\u{FFFD}')), "{deltas:?}");
+    assert_eq!(deltas.concat(), "a 🦀 b");
+    assert!(deltas.iter().filter(|d| d.is_empty()).count() >= 3, "partial bytes held back: {deltas:?}");
+}
