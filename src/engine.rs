@@ -156,8 +156,9 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
 }
 
 /// One sequence's state on the GPU.
-pub struct Session<'m> {
-    model: &'m Model,
+pub struct Session {
+    /// A cheap handle (GPU buffers are reference-counted): the session owns no weights.
+    model: Model,
     opts: SessionOptions,
     pos: usize,
     max_t: usize,
@@ -179,8 +180,10 @@ fn u32s(v: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(v).to_vec()
 }
 
-impl<'m> Session<'m> {
-    pub fn new(model: &'m Model, opts: SessionOptions) -> Result<Self> {
+impl Session {
+    pub fn new(model: &Model, opts: SessionOptions) -> Result<Self> {
+        let model = model.clone();
+        let model = &model;
         let c = &model.cfg;
         let gpu = &model.gpu;
         let maxb = gpu.max_binding - 4;
@@ -267,7 +270,7 @@ impl<'m> Session<'m> {
         mat_ops(&mut head, model.lm_head(), &xout, &logits, false, c.vocab_size as u32, &step_out);
         let am_p = param(u32s(&[c.vocab_size as u32]));
         head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
-        Ok(Session { model, opts, pos: 0, max_t, max_out, step, step_out, tokens, rope, xb, xout, logits, argmax, body, head, profile: None })
+        Ok(Session { model: model.clone(), opts, pos: 0, max_t, max_out, step, step_out, tokens, rope, xb, xout, logits, argmax, body, head, profile: None })
     }
 
     /// Tokens already in the KV cache.

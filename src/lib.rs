@@ -6,7 +6,13 @@
 //! - [`quant`]: tensor types in llama.cpp's block layouts; [`tensor`]: a weight on the host.
 //! - [`gpu`]: device, buffers, kernels.
 //! - [`model`]: weights on the GPU. [`engine`]: sessions with a KV cache.
+//! - [`tokenizer`]: SentencePiece, GGUF and `tokenizer.json` vocabularies; [`template`]: chat
+//!   templates; [`sampling`]: next-token choice; [`tasks`]: the five task request builders.
+//! - [`api`]: request, `chat.completion`, chunk and error objects; [`chat`]: the engine that
+//!   answers requests.
 
+pub mod api;
+pub mod chat;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -18,9 +24,15 @@ pub mod gpu;
 pub mod loader;
 pub mod model;
 pub mod quant;
+pub mod sampling;
+pub mod tasks;
+pub mod template;
 pub mod tensor;
 pub mod tokenizer;
+pub mod util;
 
+pub use api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, FinishReason, Message};
+pub use chat::{ChatEngine, ChatOptions};
 pub use config::ModelConfig;
 pub use engine::{Session, SessionOptions};
 pub use error::{Error, Result};

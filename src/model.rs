@@ -8,6 +8,7 @@ use crate::tensor::HostTensor;
 use crate::quant::GgmlType;
 
 /// A run of whole rows of a matrix in one buffer.
+#[derive(Clone)]
 pub struct Chunk {
     pub row0: u32,
     pub rows: u32,
@@ -15,6 +16,7 @@ pub struct Chunk {
 }
 
 /// A weight matrix `rows x cols` of type `ty`, row-split across buffers.
+#[derive(Clone)]
 pub struct GpuMatrix {
     pub ty: GgmlType,
     pub rows: u32,
@@ -53,6 +55,7 @@ impl GpuMatrix {
 }
 
 /// One transformer block.
+#[derive(Clone)]
 pub struct Layer {
     pub attn_norm: wgpu::Buffer,
     pub wq: GpuMatrix,
@@ -66,6 +69,7 @@ pub struct Layer {
 }
 
 /// A loaded model: configuration, GPU, kernels and weights.
+#[derive(Clone)]
 pub struct Model {
     pub gpu: Gpu,
     pub cfg: ModelConfig,

@@ -1,0 +1,87 @@
+//! Chat templates: the model's own Jinja template (`tokenizer_config.json`'s `chat_template`,
+//! GGUF's `tokenizer.chat_template`) rendered with minijinja as transformers renders it
+//! (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`), or, for a model
+//! without one (TildeOpen base), [`TILDEOPEN_TEMPLATE`].
+
+use crate::api::Message;
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+
+/// The built-in template for models that ship none: Tilde's instruction format
+/// `<|user|>...<|user|><|assistant|>...<|assistant|>`, bos first, a system message prepended to
+/// the next user turn followed by a blank line. Generation ends at `<|assistant|>` (the end of
+/// the assistant's turn), `<|user|>` or eos.
+pub const TILDEOPEN_TEMPLATE: &str = concat!(
+    "{{- bos_token -}}",
+    "{%- set ns = namespace(system='') -%}",
+    "{%- for message in messages -%}",
+    "{%- if message['role'] == 'system' -%}{%- set ns.system = message['content'] + '\\n\\n' -%}",
+    "{%- elif message['role'] == 'user' -%}{{- '<|user|>' + ns.system + message['content'] + '<|user|>' -}}{%- set ns.system = '' -%}",
+    "{%- elif message['role'] == 'assistant' -%}{{- '<|assistant|>' + message['content'] + '<|assistant|>' -}}",
+    "{%- endif -%}",
+    "{%- endfor -%}",
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}",
+);
+
+/// A compiled chat template with the special-token strings it is rendered with.
+pub struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    /// Whether this is [`TILDEOPEN_TEMPLATE`] (the model shipped none).
+    pub builtin: bool,
+    bos_token: String,
+    eos_token: String,
+    /// Extra end-of-generation ids the template implies (`<|assistant|>`, `<|user|>` for the
+    /// built-in one).
+    pub stop_ids: Vec<u32>,
+}
+
+impl ChatTemplate {
+    /// The template for a tokenizer: its own, or the built-in TildeOpen one.
+    pub fn for_tokenizer(tok: &Tokenizer) -> Result<Self> {
+        let (source, builtin) = match &tok.chat_template {
+            Some(t) => (t.clone(), false),
+            None => (TILDEOPEN_TEMPLATE.to_string(), true),
+        };
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default();
+        let mut stop_ids = Vec::new();
+        if builtin {
+            for m in ["<|assistant|>", "<|user|>"] {
+                match tok.token_id(m) {
+                    Some(i) => stop_ids.push(i),
+                    None => {
+                        return Err(Error::Unsupported(format!(
+                            "the model has no chat template and its vocabulary lacks {m}, which the built-in TildeOpen template needs"
+                        )))
+                    }
+                }
+            }
+        }
+        Self::new(source, builtin, text(tok.bos), text(tok.eog.first().copied()), stop_ids)
+    }
+
+    /// A template from its Jinja source.
+    pub fn new(source: String, builtin: bool, bos_token: String, eos_token: String, stop_ids: Vec<u32>) -> Result<Self> {
+        let mut env = minijinja::Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template_owned("chat", source).map_err(|e| Error::Unsupported(format!("chat template does not compile: {e}")))?;
+        Ok(ChatTemplate { env, builtin, bos_token, eos_token, stop_ids })
+    }
+
+    /// The prompt text for `messages`, ending with the assistant's turn opening when
+    /// `add_generation_prompt`.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let t = self.env.get_template("chat").expect("added in new()");
+        t.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        })
+        .map_err(|e| Error::Input(format!("chat template: {e}")))
+    }
+}
