@@ -124,7 +124,12 @@ impl ChatRequest {
 
     /// Parses a JSON request body; malformed JSON or wrong types are an [`ApiError`].
     pub fn from_json(body: &str) -> Result<Self, ApiError> {
-        let r: ChatRequest = serde_json::from_str(body).map_err(|e| ApiError::invalid(format!("malformed request: {e}"), None))?;
+        let malformed = |e: String| ApiError::invalid(format!("malformed request: {e}"), None);
+        let v: serde_json::Value = serde_json::from_str(body).map_err(|e| malformed(e.to_string()))?;
+        if !v.is_object() {
+            return Err(malformed("the body must be a JSON object".into()));
+        }
+        let r: ChatRequest = serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?;
         r.validate()?;
         Ok(r)
     }

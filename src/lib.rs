@@ -23,6 +23,7 @@ pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod loader;
 pub mod model;
+pub mod perplexity;
 pub mod quant;
 pub mod sampling;
 pub mod tasks;

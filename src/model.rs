@@ -189,10 +189,16 @@ mod native {
     impl Model {
         /// Loads a GGUF file or an HF checkpoint directory onto a newly opened GPU.
         pub async fn load(path: &Path, opts: &LoadOptions) -> Result<Self> {
+            Self::load_with_progress(path, opts, |_, _| {}).await
+        }
+
+        /// [`Model::load`], calling `progress(tensors_done, tensors_total)` as weights upload.
+        pub async fn load_with_progress(path: &Path, opts: &LoadOptions, progress: impl FnMut(usize, usize)) -> Result<Self> {
             let files = ModelFiles::open(path, opts.hf_format)?;
             let cfg = files.config()?;
             let gpu = Gpu::new(&opts.gpu).await?;
-            Self::load_files(&files, cfg, gpu)
+            let mut src = FileSource { files: &files, cfg: &cfg };
+            Model::build(gpu, cfg.clone(), &mut src, progress)
         }
 
         /// Loads a model onto an already open GPU (sharing its device and compiled pipelines).
