@@ -15,7 +15,7 @@ use crate::gguf::{Gguf, Value};
 use spm::{PieceType, SpmKind, SpmModel};
 
 enum Backend {
-    Spm(SpmModel),
+    Spm(Box<SpmModel>),
     Hf {
         /// Special tokens are not extracted from text.
         plain: Box<tokenizers::Tokenizer>,
@@ -61,7 +61,7 @@ impl Tokenizer {
                 specials.push((p.clone(), i as u32));
             }
         }
-        let mut t = Self::with_backend(Backend::Spm(m));
+        let mut t = Self::with_backend(Backend::Spm(Box::new(m)));
         t.set_specials(specials);
         // sentencepiece's own defaults; tokenizer_config.json / GGUF metadata override them.
         t.bos = t.token_id("<s>");
@@ -70,7 +70,7 @@ impl Tokenizer {
     }
 
     fn set_specials(&mut self, mut specials: Vec<(String, u32)>) {
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
         self.specials = specials;
     }
 

@@ -259,7 +259,7 @@ impl SpmModel {
                 _ => {}
             }
         }
-        user_defined.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        user_defined.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
         let unk_id = unk_id.ok_or_else(|| Error::Unsupported("SentencePiece vocabulary without an <unk> piece".into()))?;
         if min_score > max_score {
             (min_score, max_score) = (0.0, 0.0);
@@ -484,7 +484,7 @@ impl SpmModel {
             let rest = &s[start..];
             let mut has_single = false;
             // Prefixes shortest first, as sentencepiece's trie enumerates them.
-            for (end_rel, _) in rest.char_indices().skip(1).map(|(i, ch)| (i, ch)).chain(std::iter::once((rest.len(), ' '))) {
+            for (end_rel, _) in rest.char_indices().skip(1).chain(std::iter::once((rest.len(), ' '))) {
                 if end_rel > max_len {
                     break;
                 }

@@ -1,0 +1,88 @@
+//! The command line's chat-side commands on the tiny fixture: output shapes, streaming lines,
+//! JSON error bodies, tokenize --jsonl, complete --prompt, perplexity's last line.
+
+mod common;
+use common::fixtures;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn cli(args: &[&str], stdin: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn tiny() -> String {
+    fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf").to_str().unwrap().to_string()
+}
+
+#[test]
+fn chat_json_and_stream() {
+    let m = tiny();
+    let (code, out, err) = cli(&["chat", "--model", &m, "--max-tokens", "4", "--json", "Hello"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["object"].as_str(), v["choices"][0]["finish_reason"].as_str()), (Some("chat.completion"), Some("length")));
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+
+    let (code, out, err) = cli(&["translate", "--model", &m, "--from", "en", "--to", "lv", "--max-tokens", "4", "--json", "--stream", "I like cakes."], "");
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() >= 2);
+    assert!(lines.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(lines.last().unwrap()["choices"][0]["finish_reason"], "length");
+
+    // A request from a JSON file on stdin, with its own max_tokens.
+    let (code, out, err) = cli(&["chat", "--model", &m, "--request", "-", "--json"], r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"temperature":0}"#);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"completion_tokens\":2"), "{out}");
+}
+
+#[test]
+fn errors_have_json_bodies() {
+    let m = tiny();
+    let long = "word ".repeat(300);
+    let (code, out, err) = cli(&["ask", "--model", &m, "--ctx-size", "64", "--context", &long, "--json", "What?"], "");
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    assert!(v.get("choices").is_none());
+    assert!(err.lines().any(|l| l.starts_with("error:") && l.contains("context window of 64")), "{err}");
+    let (code, out, _) = cli(&["chat", "--model", &m, "--request", "-", "--json"], "{not json");
+    assert_eq!(code, 1);
+    assert!(serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()["error"]["message"].as_str().unwrap().starts_with("malformed request"));
+}
+
+#[test]
+fn tokenize_complete_perplexity() {
+    let spm = fixtures().join("tokenizers/tokenizer-unigram.model");
+    let (code, out, err) = cli(&["tokenize", "--model", spm.to_str().unwrap(), "--jsonl"], "{\"text\": \"Man patīk kūkas.\"}\n{\"text\": \"\"}\n");
+    assert_eq!(code, 0, "{err}");
+    let golden = std::fs::read_to_string(fixtures().join("tokenizers/tokenizer-unigram.golden-1.jsonl")).unwrap();
+    let want = golden.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|v| v["text"] == "Man patīk kūkas.").unwrap();
+    let got: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(got, [serde_json::json!({"ids": want["ids"]}), serde_json::json!({"ids": []})]);
+
+    let m = tiny();
+    let (code, out, err) = cli(&["complete", "--model", &m, "--prompt", "Man patīk", "--max-tokens", "3", "--json"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ids"].as_array().unwrap().len(), 3);
+    assert!(v["text"].is_string());
+
+    let text = std::env::temp_dir().join(format!("tildeopen-ppl-{}.txt", std::process::id()));
+    std::fs::write(&text, "The quick brown fox jumps over the lazy dog. ".repeat(20)).unwrap();
+    let (code, out, err) = cli(&["perplexity", "--model", &m, "--file", text.to_str().unwrap(), "--ctx", "32", "--chunks", "2"], "");
+    std::fs::remove_file(&text).ok();
+    assert_eq!(code, 0, "{err}");
+    let last = out.lines().last().unwrap();
+    let ppl: f64 = last.strip_prefix("PPL = ").unwrap().parse().unwrap();
+    assert!(ppl.is_finite() && ppl > 1.0, "{last}");
+}
