@@ -138,7 +138,12 @@ impl ChatRequest {
     pub fn effective_messages(&self) -> Vec<Message> {
         match (&self.task, self.messages.is_empty()) {
             (Some(t), true) => t.messages(),
-            _ => self.messages.clone(),
+            // OpenAI's "developer" role is the system role for chat templates.
+            _ => self
+                .messages
+                .iter()
+                .map(|m| if m.role == "developer" { Message::system(m.content.clone()) } else { m.clone() })
+                .collect(),
         }
     }
 

@@ -17,7 +17,8 @@ pub const MAX_CONTEXT: usize = 65_536;
 /// Settings of a [`ChatEngine`].
 #[derive(Debug, Clone)]
 pub struct ChatOptions {
-    /// Context window; default (and cap) is the model's own, capped at [`MAX_CONTEXT`].
+    /// Context window; default: the model's own, capped at [`MAX_CONTEXT`] and at what one
+    /// KV-cache buffer can hold.
     pub ctx_size: Option<usize>,
     /// f16 KV cache (default) or f32.
     pub kv_f16: bool,
@@ -102,7 +103,10 @@ struct Generation {
 impl ChatEngine {
     /// A chat engine on `model` (a cheap handle is kept) with its tokenizer.
     pub fn new(model: &Model, tokenizer: Tokenizer, opts: ChatOptions) -> Result<Self> {
-        let cap = model.cfg.max_position_embeddings.clamp(1, MAX_CONTEXT);
+        // Default: the model's context, capped at MAX_CONTEXT and at what one KV buffer holds.
+        let per_token = model.cfg.kv_dim() * if opts.kv_f16 { 2 } else { 4 };
+        let fits = (model.gpu.max_binding.saturating_sub(4) as usize / per_token.max(1)).max(2);
+        let cap = model.cfg.max_position_embeddings.clamp(2, MAX_CONTEXT).min(fits);
         let ctx = opts.ctx_size.unwrap_or(cap).clamp(2, MAX_CONTEXT);
         let session = Session::new(model, SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch })?;
         let template = ChatTemplate::for_tokenizer(&tokenizer)?;
