@@ -247,9 +247,22 @@ impl ChatEngine {
 
     /// Answers a request with one `chat.completion` object.
     pub async fn complete(&mut self, req: &ChatRequest) -> std::result::Result<ChatCompletion, ApiError> {
+        self.complete_while(req, || true).await
+    }
+
+    /// [`ChatEngine::complete`], giving up (with a 499 "cancelled" error) as soon as
+    /// `keep_going()` returns false between tokens (e.g. when the client has gone away).
+    pub async fn complete_while(
+        &mut self,
+        req: &ChatRequest,
+        mut keep_going: impl FnMut() -> bool,
+    ) -> std::result::Result<ChatCompletion, ApiError> {
         let mut g = self.start(req).await?;
         let mut content = String::new();
         while g.finished.is_none() {
+            if !keep_going() {
+                return Err(ApiError { status: 499, message: "request cancelled".into(), kind: "cancelled".into(), param: None, code: None });
+            }
             content += &self.step(&mut g).await?;
         }
         Ok(ChatCompletion {

@@ -9,9 +9,12 @@
 //! - [`tokenizer`]: SentencePiece, GGUF and `tokenizer.json` vocabularies; [`template`]: chat
 //!   templates; [`sampling`]: next-token choice; [`tasks`]: the five task request builders.
 //! - [`api`]: request, `chat.completion`, chunk and error objects; [`chat`]: the engine that
-//!   answers requests.
+//!   answers requests. Native only: [`server`] (HTTP endpoint, SageMaker contract) and [`batch`]
+//!   (Batch Transform files).
 
 pub mod api;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod batch;
 pub mod chat;
 pub mod config;
 pub mod engine;
@@ -26,6 +29,8 @@ pub mod model;
 pub mod perplexity;
 pub mod quant;
 pub mod sampling;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod server;
 pub mod tasks;
 pub mod template;
 pub mod tensor;

@@ -149,6 +149,39 @@ mod cli {
             file: Option<PathBuf>,
             text: Option<String>,
         },
+        /// Serve the response format over HTTP: /invocations and /ping (SageMaker), /v1/chat/completions
+        /// and /v1/models (OpenAI), server-sent events for "stream": true.
+        Serve {
+            #[command(flatten)]
+            common: Common,
+            /// Default 127.0.0.1; 0.0.0.0 inside a SageMaker container.
+            #[arg(long)]
+            host: Option<String>,
+            /// Default $SAGEMAKER_BIND_TO_PORT, else 8080. 0 picks a free port.
+            #[arg(long)]
+            port: Option<u16>,
+            /// The `model` name responses carry (default: the file or directory name).
+            #[arg(long)]
+            model_name: Option<String>,
+            /// Largest request body in bytes.
+            #[arg(long, default_value_t = 16 << 20)]
+            max_body_bytes: usize,
+        },
+        /// Batch Transform: one chat request per line of INPUT, one response per line of
+        /// <output-dir>/<input name>.out, in order; rerun to resume.
+        Batch {
+            #[command(flatten)]
+            common: Common,
+            input: PathBuf,
+            /// Default: the input's folder.
+            #[arg(long)]
+            output_dir: Option<PathBuf>,
+            /// `input`: each output line is the request with the response under "SageMakerOutput".
+            #[arg(long, value_parser = ["none", "input"], default_value = "none")]
+            join_source: String,
+            #[arg(long)]
+            model_name: Option<String>,
+        },
         /// Print token ids (no bos/eos added). --model may be a bare tokenizer.model or tokenizer.json.
         Tokenize {
             #[arg(long)]
@@ -242,11 +275,26 @@ mod cli {
         path: PathBuf,
     }
 
+    /// SageMaker mounts the model here.
+    const SAGEMAKER_MODEL_DIR: &str = "/opt/ml/model";
+
+    /// `--model`, else a model under /opt/ml/model (a GGUF file in it, or the directory as an HF
+    /// checkpoint), else the demo model.
     fn model_path(c: &Common) -> Result<PathBuf> {
-        match &c.model {
-            Some(p) => Ok(p.clone()),
-            None => fetch::default_model(),
+        if let Some(p) = &c.model {
+            return Ok(p.clone());
         }
+        let sm = Path::new(SAGEMAKER_MODEL_DIR);
+        if sm.is_dir() {
+            let mut ggufs: Vec<PathBuf> = std::fs::read_dir(sm)
+                .map_err(|e| Error::Io { path: SAGEMAKER_MODEL_DIR.into(), source: e })?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+                .collect();
+            ggufs.sort();
+            return Ok(ggufs.into_iter().next().unwrap_or_else(|| sm.to_path_buf()));
+        }
+        fetch::default_model()
     }
 
     /// A progress bar on stderr while weights upload (only when stderr is a terminal).
@@ -296,13 +344,17 @@ mod cli {
     }
 
     fn engine(c: &Common) -> Result<ChatEngine> {
+        engine_named(c, None)
+    }
+
+    fn engine_named(c: &Common, name: Option<String>) -> Result<ChatEngine> {
         let l = load(c, 0)?;
         let tok = Tokenizer::load(&l.path)?;
         let opts = ChatOptions {
             ctx_size: Some(l.sess.ctx_size),
             kv_f16: l.sess.kv_f16,
             max_batch: l.sess.max_batch,
-            model_name: model_name(&l.path),
+            model_name: name.unwrap_or_else(|| model_name(&l.path)),
         };
         ChatEngine::new(&l.model, tok, opts)
     }
@@ -557,6 +609,39 @@ mod cli {
                 let task = Task::Summarise { text: text_arg(text, file, "text")?, instruction };
                 let mut eng = engine(&common)?;
                 answer(&mut eng, &request(&gen, vec![], Some(task)), gen.json, gen.stream)?;
+            }
+            Cmd::Serve { common, host, port, model_name, max_body_bytes } => {
+                let sagemaker = std::env::var_os("SAGEMAKER_BIND_TO_PORT").is_some() || Path::new(SAGEMAKER_MODEL_DIR).is_dir();
+                let port = match port {
+                    Some(p) => p,
+                    None => match std::env::var("SAGEMAKER_BIND_TO_PORT") {
+                        Ok(p) => p.parse().map_err(|_| Error::Input(format!("SAGEMAKER_BIND_TO_PORT={p:?} is not a port")))?,
+                        Err(_) => 8080,
+                    },
+                };
+                let host = host.unwrap_or_else(|| if sagemaker { "0.0.0.0" } else { "127.0.0.1" }.to_string());
+                let opts = tildeopen::server::ServeOptions { host, port, max_body_bytes };
+                tildeopen::server::serve(opts, move || engine_named(&common, model_name), |addr| {
+                    eprintln!("listening on http://{addr}");
+                })?;
+            }
+            Cmd::Batch { common, input, output_dir, join_source, model_name } => {
+                if !input.is_file() {
+                    return Err(Error::Input(format!("{}: no such input file", input.display())));
+                }
+                let mut eng = engine_named(&common, model_name)?;
+                let bar = if std::io::stderr().is_terminal() { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
+                let s = tildeopen::batch::run(&mut eng, &input, output_dir.as_deref(), join_source == "input", |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                })?;
+                bar.finish_and_clear();
+                let new = s.lines - s.resumed;
+                eprintln!(
+                    "{} lines ({} resumed from an earlier run, {new} answered now), {} errors, {} prompt + {} completion tokens in {:.1} s ({:.2} completion tokens/s) -> {}",
+                    s.lines, s.resumed, s.errors, s.prompt_tokens, s.completion_tokens, s.seconds,
+                    s.completion_tokens as f64 / s.seconds.max(1e-9), s.output.display()
+                );
             }
             Cmd::Tokenize { model, text, jsonl } => {
                 let path = match model {

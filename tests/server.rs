@@ -1,0 +1,244 @@
+//! The HTTP server over loopback (real requests to `tildeopen serve` on the tiny fixture) and
+//! Batch Transform files (`tildeopen batch`), including resume after a kill.
+
+mod common;
+use common::fixtures;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tiny() -> String {
+    fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf").to_str().unwrap().to_string()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &[&str]) -> Server {
+    let m = tiny();
+    let mut args = vec!["serve", "--model", &m, "--port", "0", "--ctx-size", "128", "--model-name", "tiny-test"];
+    args.extend_from_slice(extra);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(&args)
+        .env("RUST_LOG", "tildeopen=info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut base = String::new();
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 {
+        if let Some(a) = line.trim().strip_prefix("listening on ") {
+            base = a.to_string();
+            break;
+        }
+        line.clear();
+    }
+    assert!(!base.is_empty(), "no address printed");
+    // Keep draining stderr (so the server never blocks on it) into a log the test can read.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = log.clone();
+    std::thread::spawn(move || {
+        for line in err.lines().map_while(|l| l.ok()) {
+            l.lock().unwrap().push(line);
+        }
+    });
+    let t0 = Instant::now();
+    loop {
+        match ureq::get(&format!("{base}/ping")).call() {
+            Ok(r) if r.status() == 200 => break,
+            Err(ureq::Error::Status(503, r)) => {
+                let v: serde_json::Value = r.into_json().unwrap();
+                assert_eq!(v["error"]["code"], "loading");
+            }
+            other => panic!("ping: {:?}", other.map(|r| r.status())),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "model never became ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Server { child, base, log }
+}
+
+/// (status, JSON body) of a POST.
+fn post(url: &str, body: &str) -> (u16, serde_json::Value) {
+    match ureq::post(url).set("Content-Type", "application/json").send_string(body) {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+/// The `data:` payloads of a streamed response.
+fn sse(url: &str, body: &str) -> Vec<String> {
+    let r = ureq::post(url).set("Content-Type", "application/json").send_string(body).unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/event-stream"));
+    let mut text = String::new();
+    r.into_reader().read_to_string(&mut text).unwrap();
+    text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).map(|s| s.trim().to_string()).collect()
+}
+
+const HI: &str = r#"{"messages":[{"role":"user","content":"Tell me about cakes."}],"max_tokens":8,"temperature":0}"#;
+
+#[test]
+fn endpoints_stream_errors_and_concurrency() {
+    let s = start(&["--max-body-bytes", "8192"]);
+    let b = &s.base;
+
+    // Both chat paths return a valid chat.completion.
+    let mut contents = Vec::new();
+    for path in ["/invocations", "/v1/chat/completions"] {
+        let (code, v) = post(&format!("{b}{path}"), HI);
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["model"], "tiny-test");
+        assert_eq!(v["choices"].as_array().unwrap().len(), 1);
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+        assert_eq!(v["usage"]["completion_tokens"], 8);
+        contents.push(v["choices"][0]["message"]["content"].as_str().unwrap().to_string());
+    }
+    assert_eq!(contents[0], contents[1]);
+    let models: serde_json::Value = ureq::get(&format!("{b}/v1/models")).call().unwrap().into_json().unwrap();
+    assert_eq!(models["data"][0]["id"], "tiny-test");
+
+    // SSE: chunks, the final one with finish_reason, then [DONE]; deltas = the whole content.
+    let events = sse(&format!("{b}/invocations"), &HI.replace("\"temperature\"", "\"stream\":true,\"temperature\""));
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<serde_json::Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, contents[0]);
+
+    // 4xx with JSON error bodies, no choices.
+    let long = "word ".repeat(300);
+    for (body, status, what) in [
+        ("{not json".to_string(), 400, "malformed request"),
+        (r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#.to_string(), 400, "malformed request"),
+        (r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#.to_string(), 400, "malformed request"),
+        (r#"{"messages":[{"role":"user","content":"x"}],"temperature":5}"#.to_string(), 400, "temperature"),
+        (format!(r#"{{"messages":[{{"role":"user","content":"{long}"}}]}}"#), 400, "context window"),
+        (format!(r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(9000)), 413, ""),
+    ] {
+        let (code, v) = post(&format!("{b}/v1/chat/completions"), &body);
+        assert_eq!(code, status, "{v}");
+        assert!(v.get("choices").is_none());
+        assert!(v["error"]["message"].as_str().unwrap().contains(what), "{v}");
+    }
+    let (_, v) = post(&format!("{b}/invocations"), &format!(r#"{{"messages":[{{"role":"user","content":"{long}"}}],"stream":true}}"#));
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+
+    // A client that disconnects mid-stream does not disturb the others.
+    let addr = b.strip_prefix("http://").unwrap();
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    let body = r#"{"messages":[{"role":"user","content":"Go on."}],"max_tokens":100,"stream":true}"#;
+    write!(tcp, "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    let mut first = [0u8; 64];
+    tcp.read_exact(&mut first).unwrap();
+    drop(tcp);
+
+    // 8 concurrent clients all succeed.
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let url = format!("{b}/v1/chat/completions");
+            std::thread::spawn(move || post(&url, &format!(r#"{{"messages":[{{"role":"user","content":"Client {i}"}}],"max_tokens":4}}"#)))
+        })
+        .collect();
+    for t in threads {
+        let (code, v) = t.join().unwrap();
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 4);
+    }
+    let (code, _) = post(&format!("{b}/invocations"), HI);
+    assert_eq!(code, 200);
+    // The dropped stream's generation was stopped, not run to its 100 tokens.
+    assert!(s.log.lock().unwrap().iter().any(|l| l.contains("client went away")), "{:?}", s.log.lock().unwrap());
+}
+
+fn batch(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(args).output().unwrap()
+}
+
+#[test]
+fn batch_transform_order_errors_join_and_resume() {
+    let dir = std::env::temp_dir().join(format!("tildeopen-batch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("requests.jsonl");
+    let req = |i: usize| format!(r#"{{"id_in_test":{i},"messages":[{{"role":"user","content":"Request {i}"}}],"max_tokens":3,"temperature":0.0}}"#);
+    let lines = [req(0), "{broken".into(), r#"{"messages":[{"role":"user","content":"x"}],"top_p":7}"#.into(), req(3), String::new(), req(4)];
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let m = tiny();
+    let out_dir = dir.join("out");
+    let o = batch(&["batch", "--model", &m, input.to_str().unwrap(), "--output-dir", out_dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out_path = out_dir.join("requests.jsonl.out");
+    let read = || -> Vec<serde_json::Value> { std::fs::read_to_string(&out_path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
+    let out = read();
+    assert_eq!(out.len(), 5, "one line per request line, blank lines skipped");
+    for i in [0, 3, 4] {
+        assert_eq!(out[i]["object"], "chat.completion", "{}", out[i]);
+    }
+    assert!(out[1]["error"]["message"].as_str().unwrap().starts_with("malformed request"));
+    assert_eq!(out[2]["error"]["param"], "top_p");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("5 lines"), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // JoinSource = Input: the request with the response under SageMakerOutput.
+    std::fs::remove_file(&out_path).unwrap();
+    let o = batch(&["batch", "--model", &m, input.to_str().unwrap(), "--output-dir", out_dir.to_str().unwrap(), "--join-source", "input"]);
+    assert!(o.status.success());
+    let joined = read();
+    assert_eq!(joined.len(), 5);
+    for (i, want) in [(0, 0), (3, 3), (4, 4)] {
+        assert_eq!(joined[i]["id_in_test"], want);
+        assert_eq!(joined[i]["max_tokens"], 3);
+        assert_eq!(joined[i]["SageMakerOutput"]["object"], "chat.completion");
+    }
+    assert!(joined[1]["error"].is_object(), "not JSON: the error object alone");
+    assert_eq!(joined[2]["SageMakerOutput"]["error"]["param"], "top_p");
+
+    // Resume: a crash left one line and half of the next; the rerun completes the rest.
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let first_end = text.find('\n').unwrap() + 1;
+    std::fs::write(&out_path, &text[..first_end + 20]).unwrap();
+    let o = batch(&["batch", "--model", &m, input.to_str().unwrap(), "--output-dir", out_dir.to_str().unwrap(), "--join-source", "input"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 resumed"), "{}", String::from_utf8_lossy(&o.stderr));
+    let resumed = read();
+    assert_eq!(resumed.len(), 5);
+    assert_eq!(resumed[0], joined[0]);
+    assert_eq!(resumed.iter().map(|v| v["id_in_test"].clone()).collect::<Vec<_>>(), joined.iter().map(|v| v["id_in_test"].clone()).collect::<Vec<_>>());
+
+    // A real kill mid-job, then a rerun: every line once, in order.
+    let many: Vec<String> = (0..12).map(|i| req(i).replace("\"max_tokens\":3", "\"max_tokens\":24")).collect();
+    let input2 = dir.join("many.jsonl");
+    std::fs::write(&input2, many.join("\n") + "\n").unwrap();
+    let out2 = dir.join("many.jsonl.out");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(["batch", "--model", &m, input2.to_str().unwrap(), "--join-source", "input"]).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&out2).map_or(0, |t| t.lines().count()) < 2 && t0.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = std::fs::read_to_string(&out2).unwrap().lines().count();
+    assert!(before < 12, "killed before the end ({before} lines)");
+    let o = batch(&["batch", "--model", &m, input2.to_str().unwrap(), "--join-source", "input"]);
+    assert!(o.status.success());
+    let all: Vec<serde_json::Value> = std::fs::read_to_string(&out2).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(all.iter().map(|v| v["id_in_test"].as_u64().unwrap()).collect::<Vec<_>>(), (0..12).collect::<Vec<_>>());
+    assert!(all.iter().all(|v| v["SageMakerOutput"]["object"] == "chat.completion"));
+    std::fs::remove_dir_all(&dir).ok();
+}
