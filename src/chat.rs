@@ -282,7 +282,22 @@ impl ChatEngine {
         &mut self,
         req: &ChatRequest,
     ) -> std::result::Result<impl Stream<Item = std::result::Result<ChatCompletionChunk, ApiError>> + '_, ApiError> {
-        let g = self.start(req).await?;
+        let s = self.start_stream(req).await?;
+        Ok(futures_util::stream::unfold((self, s), |(eng, mut s)| async move {
+            let c = eng.next_chunk(&mut s).await?;
+            Some((c, (eng, s)))
+        }))
+    }
+
+    /// The same stream, step by step, for callers that cannot hold a borrowing stream (the
+    /// wasm bindings): [`ChatEngine::start_stream`], then [`ChatEngine::next_chunk`] until `None`.
+    /// Dropping the [`ChatStream`] abandons the generation.
+    pub async fn start_stream(&mut self, req: &ChatRequest) -> std::result::Result<ChatStream, ApiError> {
+        Ok(ChatStream { g: self.start(req).await?, phase: 0 })
+    }
+
+    /// The next chunk of a stream, `None` after the one with `finish_reason`.
+    pub async fn next_chunk(&mut self, s: &mut ChatStream) -> Option<std::result::Result<ChatCompletionChunk, ApiError>> {
         let chunk = |g: &Generation, delta: Delta, finish: Option<FinishReason>| ChatCompletionChunk {
             id: g.id.clone(),
             object: "chat.completion.chunk".into(),
@@ -294,31 +309,35 @@ impl ChatEngine {
                 _ => None,
             },
         };
-        // Phases: 0 = role chunk, 1 = content, 2 = final chunk sent.
-        Ok(futures_util::stream::unfold((self, g, 0u8), move |(eng, mut g, phase)| async move {
-            match phase {
-                0 => {
-                    let c = chunk(&g, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None);
-                    Some((Ok(c), (eng, g, 1)))
-                }
-                1 => loop {
-                    if let Some(reason) = g.finished {
-                        let c = chunk(&g, Delta::default(), Some(reason));
-                        return Some((Ok(c), (eng, g, 2)));
-                    }
-                    match eng.step(&mut g).await {
-                        Ok(text) if !text.is_empty() => {
-                            let c = chunk(&g, Delta { role: None, content: Some(text) }, None);
-                            return Some((Ok(c), (eng, g, 1)));
-                        }
-                        Ok(_) => continue,
-                        Err(e) => return Some((Err(e.into()), (eng, g, 2))),
-                    }
-                },
-                _ => None,
+        match s.phase {
+            0 => {
+                s.phase = 1;
+                Some(Ok(chunk(&s.g, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None)))
             }
-        }))
+            1 => loop {
+                if let Some(reason) = s.g.finished {
+                    s.phase = 2;
+                    return Some(Ok(chunk(&s.g, Delta::default(), Some(reason))));
+                }
+                match self.step(&mut s.g).await {
+                    Ok(text) if !text.is_empty() => return Some(Ok(chunk(&s.g, Delta { role: None, content: Some(text) }, None))),
+                    Ok(_) => continue,
+                    Err(e) => {
+                        s.phase = 2;
+                        return Some(Err(e.into()));
+                    }
+                }
+            },
+            _ => None,
+        }
     }
+}
+
+/// A streamed answer in progress (see [`ChatEngine::start_stream`]).
+pub struct ChatStream {
+    g: Generation,
+    /// 0 = role chunk next, 1 = content, 2 = done.
+    phase: u8,
 }
 
 #[cfg(test)]

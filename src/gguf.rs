@@ -4,6 +4,8 @@
 use crate::config::{ModelConfig, RopeScaling};
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;
+use crate::tensor::HostTensor;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// A metadata value.
@@ -257,4 +259,50 @@ impl Gguf {
         }
         .validated()
     }
+}
+
+/// A GGUF tensor's bytes as a GPU-ready [`HostTensor`]: the shape checked against
+/// `[rows, cols]`, Q and K rows back in HF order (llama.cpp's row permutation undone) so one
+/// rotation convention serves both formats.
+pub fn host_tensor<'a>(info: &TensorInfo, data: &'a [u8], rows: usize, cols: usize, cfg: &ModelConfig) -> Result<HostTensor<'a>> {
+    let name = &info.name;
+    let (c, r) = (info.dims[0] as usize, info.dims.iter().skip(1).product::<u64>() as usize);
+    if (r, c) != (rows, cols) {
+        return Err(Error::Shape(format!("{name} is {r}x{c}, expected {rows}x{cols}")));
+    }
+    if data.len() as u64 != info.size {
+        return Err(Error::Shape(format!("{name}: {} bytes, expected {}", data.len(), info.size)));
+    }
+    let heads = if name.ends_with("attn_q.weight") {
+        Some(cfg.num_heads)
+    } else if name.ends_with("attn_k.weight") {
+        Some(cfg.num_kv_heads)
+    } else {
+        None
+    };
+    let data = match heads {
+        Some(h) => Cow::Owned(unpermute_rows(data, rows, h)?),
+        None => Cow::Borrowed(data),
+    };
+    Ok(HostTensor { ty: info.ty, rows, cols, data })
+}
+
+/// llama.cpp stores row `h*d + 2i + s` of a head where HF has row `h*d + s*d/2 + i`.
+fn unpermute_rows(data: &[u8], rows: usize, heads: usize) -> Result<Vec<u8>> {
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+        return Err(Error::Shape(format!("{rows} Q/K rows do not split into {heads} heads")));
+    }
+    let rb = data.len() / rows;
+    let d = rows / heads;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..heads {
+        for i in 0..d / 2 {
+            for s in 0..2 {
+                let src = h * d + 2 * i + s;
+                let dst = h * d + s * (d / 2) + i;
+                out[dst * rb..(dst + 1) * rb].copy_from_slice(&data[src * rb..(src + 1) * rb]);
+            }
+        }
+    }
+    Ok(out)
 }

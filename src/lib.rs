@@ -36,6 +36,8 @@ pub mod template;
 pub mod tensor;
 pub mod tokenizer;
 pub mod util;
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
 
 pub use api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, FinishReason, Message};
 pub use chat::{ChatEngine, ChatOptions};

@@ -85,61 +85,76 @@ pub struct Model {
 }
 
 /// Where tensors come from: `(gguf_name, rows, cols) -> tensor`.
+/// Where weights come from: memory-mapped files natively, HTTP range requests in the browser.
+/// Tensors are asked for one at a time, by GGUF name, already in the GPU layout.
+#[allow(async_fn_in_trait)]
 pub trait TensorSource {
-    fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>>;
+    async fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>>;
     fn has(&self, name: &str) -> bool;
 }
 
+/// Upload bookkeeping for [`Model::build`].
+struct Uploader<'g, P> {
+    gpu: &'g Gpu,
+    bytes: u64,
+    since_flush: u64,
+    done: usize,
+    total: usize,
+    progress: P,
+}
+
+impl<P: FnMut(usize, usize)> Uploader<'_, P> {
+    async fn mat(&mut self, src: &mut impl TensorSource, name: &str, rows: usize, cols: usize) -> Result<GpuMatrix> {
+        let t = src.tensor(name, rows, cols).await?;
+        let m = GpuMatrix::upload(self.gpu, name, &t)?;
+        self.bytes += t.data.len() as u64;
+        self.since_flush += t.data.len() as u64;
+        if self.since_flush > 256 << 20 {
+            // Let the staging memory of queued uploads go before it piles up.
+            self.gpu.queue.submit([]);
+            self.gpu.flush();
+            self.since_flush = 0;
+        }
+        self.done += 1;
+        (self.progress)(self.done, self.total);
+        Ok(m)
+    }
+
+    async fn vec(&mut self, src: &mut impl TensorSource, name: &str, n: usize) -> Result<wgpu::Buffer> {
+        let t = src.tensor(name, 1, n).await?;
+        self.gpu.storage_init(name, bytemuck::cast_slice(&t.to_f32()))
+    }
+}
+
 impl Model {
-    /// Uploads every tensor, one at a time, from `src`.
-    pub fn build(gpu: Gpu, cfg: ModelConfig, src: &mut dyn TensorSource, mut progress: impl FnMut(usize, usize)) -> Result<Self> {
+    /// Uploads every tensor, one at a time, from `src`; `progress(done, total)` counts matrices.
+    pub async fn build(gpu: Gpu, cfg: ModelConfig, src: &mut impl TensorSource, progress: impl FnMut(usize, usize)) -> Result<Self> {
         let c = &cfg;
-        let mut bytes = 0u64;
-        let mut since_flush = 0u64;
-        let total = 3 + c.num_layers * 9;
-        let mut done = 0;
-        let mut mat = |gpu: &Gpu, src: &mut dyn TensorSource, name: &str, rows: usize, cols: usize| -> Result<GpuMatrix> {
-            let t = src.tensor(name, rows, cols)?;
-            let m = GpuMatrix::upload(gpu, name, &t)?;
-            bytes += t.data.len() as u64;
-            since_flush += t.data.len() as u64;
-            if since_flush > 256 << 20 {
-                // Let the staging memory of queued uploads go before it piles up.
-                gpu.queue.submit([]);
-                gpu.flush();
-                since_flush = 0;
-            }
-            done += 1;
-            progress(done, total);
-            Ok(m)
-        };
-        let vec = |gpu: &Gpu, src: &mut dyn TensorSource, name: &str, n: usize| -> Result<wgpu::Buffer> {
-            let t = src.tensor(name, 1, n)?;
-            gpu.storage_init(name, bytemuck::cast_slice(&t.to_f32()))
-        };
+        let mut up = Uploader { gpu: &gpu, bytes: 0, since_flush: 0, done: 0, total: 2 + c.num_layers * 7, progress };
         let (h, q, kv, f) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
-        let embed = mat(&gpu, src, "token_embd.weight", c.vocab_size, h)?;
+        let embed = up.mat(src, "token_embd.weight", c.vocab_size, h).await?;
         let mut layers = Vec::with_capacity(c.num_layers);
         for l in 0..c.num_layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
-                attn_norm: vec(&gpu, src, &n("attn_norm"), h)?,
-                wq: mat(&gpu, src, &n("attn_q"), q, h)?,
-                wk: mat(&gpu, src, &n("attn_k"), kv, h)?,
-                wv: mat(&gpu, src, &n("attn_v"), kv, h)?,
-                wo: mat(&gpu, src, &n("attn_output"), h, q)?,
-                ffn_norm: vec(&gpu, src, &n("ffn_norm"), h)?,
-                w_gate: mat(&gpu, src, &n("ffn_gate"), f, h)?,
-                w_up: mat(&gpu, src, &n("ffn_up"), f, h)?,
-                w_down: mat(&gpu, src, &n("ffn_down"), h, f)?,
+                attn_norm: up.vec(src, &n("attn_norm"), h).await?,
+                wq: up.mat(src, &n("attn_q"), q, h).await?,
+                wk: up.mat(src, &n("attn_k"), kv, h).await?,
+                wv: up.mat(src, &n("attn_v"), kv, h).await?,
+                wo: up.mat(src, &n("attn_output"), h, q).await?,
+                ffn_norm: up.vec(src, &n("ffn_norm"), h).await?,
+                w_gate: up.mat(src, &n("ffn_gate"), f, h).await?,
+                w_up: up.mat(src, &n("ffn_up"), f, h).await?,
+                w_down: up.mat(src, &n("ffn_down"), h, f).await?,
             });
         }
-        let out_norm = vec(&gpu, src, "output_norm.weight", h)?;
+        let out_norm = up.vec(src, "output_norm.weight", h).await?;
         let lm_head = if src.has("output.weight") && !c.tie_word_embeddings {
-            Some(mat(&gpu, src, "output.weight", c.vocab_size, h)?)
+            Some(up.mat(src, "output.weight", c.vocab_size, h).await?)
         } else {
             None
         };
+        let bytes = up.bytes;
         gpu.queue.submit([]);
         gpu.flush();
         let (inv_freq, attention_factor) = cfg.rope_inv_freq();
@@ -164,7 +179,7 @@ mod native {
     }
 
     impl TensorSource for FileSource<'_> {
-        fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
+        async fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
             self.files.tensor(name, rows, cols, self.cfg)
         }
         fn has(&self, name: &str) -> bool {
@@ -198,7 +213,7 @@ mod native {
             let cfg = files.config()?;
             let gpu = Gpu::new(&opts.gpu).await?;
             let mut src = FileSource { files: &files, cfg: &cfg };
-            Model::build(gpu, cfg.clone(), &mut src, progress)
+            Model::build(gpu, cfg.clone(), &mut src, progress).await
         }
 
         /// Loads a model onto an already open GPU (sharing its device and compiled pipelines).
@@ -210,7 +225,7 @@ mod native {
 
         fn load_files(files: &ModelFiles, cfg: ModelConfig, gpu: Gpu) -> Result<Self> {
             let mut src = FileSource { files, cfg: &cfg };
-            Model::build(gpu, cfg.clone(), &mut src, |_, _| {})
+            pollster::block_on(Model::build(gpu, cfg.clone(), &mut src, |_, _| {}))
         }
     }
 }

@@ -46,6 +46,18 @@ fn chat_json_and_stream() {
 }
 
 #[test]
+fn interactive_chat_reads_turns_from_stdin() {
+    let m = tiny();
+    let (code, out, err) = cli(&["chat", "--model", &m, "--max-tokens", "3", "--json"], "Hello\n\n/reset\nBye\n");
+    assert_eq!(code, 0, "{err}");
+    let answers: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 2, "{out}");
+    // After /reset the history is gone: the second prompt is as short as the first.
+    let p = |i: usize| answers[i]["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(p(1) <= p(0) + 2, "{} vs {}", p(1), p(0));
+}
+
+#[test]
 fn errors_have_json_bodies() {
     let m = tiny();
     let long = "word ".repeat(300);

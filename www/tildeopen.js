@@ -1,0 +1,179 @@
+// tildeopen-wgpu in the browser: an OpenAI-shaped chat API over the wasm engine (WebGPU).
+//
+//   import { createEngine } from "./tildeopen.js";
+//   const engine = await createEngine({ model: "https://host/model.gguf", onProgress: p => {} });
+//   const completion = await engine.chat.completions.create({ messages, temperature: 0 });
+//   for await (const chunk of await engine.chat.completions.create({ messages, stream: true, signal }))
+//     out.textContent += chunk.choices[0]?.delta?.content ?? "";
+//   await engine.tasks.translate({ text, from: "en", to: "lv", glossary: [["cake", "kūka"]] });
+//   await engine.unload();
+//
+// Weights are fetched tensor by tensor with HTTP Range requests and kept in the Cache API in
+// 32 MiB pieces, so a reload does not download them again (clearCache() forgets them).
+
+import init, { WasmEngine } from "./pkg/tildeopen.js";
+
+const CACHE = "tildeopen-weights-v1";
+const PIECE = 32 << 20;
+
+let ready = null;
+function initWasm() {
+  ready ??= init();
+  return ready;
+}
+
+/** Forgets every cached weight piece. */
+export async function clearCache() {
+  if (globalThis.caches) await caches.delete(CACHE);
+}
+
+async function httpRange(url, start, end) {
+  const r = await fetch(url, { headers: { Range: `bytes=${start}-${end - 1}` } });
+  if (r.status !== 206 && r.status !== 200) throw new Error(`${url}: HTTP ${r.status}`);
+  const buf = new Uint8Array(await r.arrayBuffer());
+  // A server that ignores Range sends the whole file.
+  return r.status === 200 ? buf.subarray(start, end) : buf;
+}
+
+/** The `io` object the engine reads weights through: a URL (cached pieces) or a File/Blob. */
+function makeIo(model, useCache) {
+  if (typeof Blob !== "undefined" && model instanceof Blob) {
+    return {
+      size: async () => model.size,
+      range: async (_u, start, end) => new Uint8Array(await model.slice(start, end).arrayBuffer()),
+    };
+  }
+  let size = null;
+  const cache = useCache && globalThis.caches ? caches.open(CACHE) : null;
+  const pieceKey = (url, i) => `https://tildeopen.invalid/${encodeURIComponent(url)}/${i}`;
+  async function piece(url, i) {
+    const start = i * PIECE, end = Math.min(size, start + PIECE);
+    const c = cache && (await cache);
+    if (c) {
+      const hit = await c.match(pieceKey(url, i));
+      if (hit) return new Uint8Array(await hit.arrayBuffer());
+    }
+    const bytes = await httpRange(url, start, end);
+    if (c) await c.put(pieceKey(url, i), new Response(bytes)).catch(() => {});
+    return bytes;
+  }
+  return {
+    async size(url) {
+      if (size !== null) return size;
+      const r = await fetch(url, { method: "HEAD" });
+      if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+      size = Number(r.headers.get("Content-Length"));
+      if (!size) throw new Error(`${url}: no Content-Length`);
+      return size;
+    },
+    async range(url, start, end) {
+      const out = new Uint8Array(end - start);
+      for (let i = Math.floor(start / PIECE); i * PIECE < end; i++) {
+        const p = await piece(url, i);
+        const from = Math.max(start, i * PIECE), to = Math.min(end, i * PIECE + p.length);
+        out.set(p.subarray(from - i * PIECE, to - i * PIECE), from - start);
+      }
+      return out;
+    },
+  };
+}
+
+const TASK_FIELDS = {
+  translate: ({ text, from, to, glossary = [], examples = [] }) => ({ text, source: from, target: to, glossary, examples }),
+  ask: ({ context, question }) => ({ context, question }),
+  summarise: ({ text, instruction }) => ({ text, instruction }),
+};
+
+/** The chat request for one of the response format's tasks: `translate({text, from, to,
+ *  glossary, examples})`, `ask({context, question})`, `summarise({text, instruction})`, plus the
+ *  usual request fields (stream, signal, max_tokens, temperature, ...). */
+export function taskRequest(type, args) {
+  const { text, from, to, glossary, examples, context, question, instruction, ...rest } = args;
+  return { ...rest, task: { type, ...TASK_FIELDS[type]({ text, from, to, glossary, examples, context, question, instruction }) } };
+}
+
+function parseError(e) {
+  // Engine errors carry the JSON error body as their message.
+  if (e instanceof Error) return e;
+  return new Error(String(e));
+}
+
+/** An engine running in this thread. */
+export async function createEngineInThread(opts) {
+  if (!globalThis.navigator?.gpu) throw new Error(JSON.stringify({ error: { message: "WebGPU is not available in this browser", type: "unsupported", code: "no_webgpu" } }));
+  await initWasm();
+  const model = opts.model;
+  const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href : (model.name || "model.gguf");
+  const io = makeIo(model, opts.cache !== false);
+  const onProgress = opts.onProgress ?? (() => {});
+  let wasm;
+  try {
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName }, onProgress);
+  } catch (e) {
+    throw parseError(e);
+  }
+  // wasm methods borrow the engine: run calls one at a time.
+  let queue = Promise.resolve();
+  const serial = (f) => {
+    const r = queue.then(f);
+    queue = r.catch(() => {});
+    return r;
+  };
+
+  function streamOf(req, signal) {
+    let started = false, done = false;
+    const finish = () => { if (!done) { done = true; wasm.cancel(); } };
+    return {
+      [Symbol.asyncIterator]() { return this; },
+      async next() {
+        if (done) return { done: true, value: undefined };
+        if (signal?.aborted) { finish(); return { done: true, value: undefined }; }
+        return serial(async () => {
+          if (!started) { started = true; await wasm.start_stream(req); }
+          const chunk = await wasm.next_chunk();
+          if (chunk === undefined) { done = true; return { done: true, value: undefined }; }
+          return { done: false, value: chunk };
+        });
+      },
+      async return() { finish(); return { done: true, value: undefined }; },
+    };
+  }
+
+  async function create(request) {
+    const { signal, ...req } = request;
+    if (req.stream) {
+      // Request errors surface here, before any chunk, as in the native API.
+      const it = streamOf(req, signal);
+      const first = await it.next();
+      let pending = first;
+      return {
+        [Symbol.asyncIterator]() { return this; },
+        async next() {
+          if (pending) { const p = pending; pending = null; return p; }
+          return it.next();
+        },
+        return: () => it.return(),
+      };
+    }
+    return serial(() => wasm.complete(req));
+  }
+
+  const task = (type) => (args) => create(taskRequest(type, args));
+
+  return {
+    modelName: wasm.model_name,
+    contextSize: wasm.context_size,
+    adapter: wasm.adapter,
+    chat: { completions: { create } },
+    tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
+    async unload() { await serial(async () => wasm.unload()); },
+  };
+}
+
+/** Creates an engine. `worker: true` (the default) runs it in a dedicated Web Worker behind a
+ *  proxy with the same API; `worker: false` runs it in this thread. */
+export async function createEngine(opts) {
+  if (opts.worker === false || typeof Worker === "undefined" || typeof document === "undefined") return createEngineInThread(opts);
+  const { createWorkerEngine } = await import("./worker-proxy.js");
+  return createWorkerEngine(opts);
+}

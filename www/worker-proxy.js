@@ -1,0 +1,56 @@
+// The page side of a worker engine: the same API as createEngineInThread, every call a message.
+import { taskRequest } from "./tildeopen.js";
+
+export async function createWorkerEngine(opts) {
+  const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  let next = 1;
+  const pending = new Map();
+  worker.onmessage = (e) => {
+    const { id, result, error, progress } = e.data;
+    const p = pending.get(id);
+    if (!p) return;
+    if (progress) return p.onProgress?.(progress);
+    pending.delete(id);
+    error !== undefined ? p.reject(new Error(error)) : p.resolve(result);
+  };
+  worker.onerror = (e) => {
+    for (const p of pending.values()) p.reject(new Error(JSON.stringify({ error: { message: `worker failed: ${e.message}`, type: "server_error" } })));
+    pending.clear();
+  };
+  const call = (op, args, onProgress) =>
+    new Promise((resolve, reject) => {
+      const id = next++;
+      pending.set(id, { resolve, reject, onProgress });
+      worker.postMessage({ id, op, args });
+    });
+
+  const { model, onProgress, ...rest } = opts;
+  const info = await call("load", { model, ...rest }, onProgress);
+
+  async function create(request) {
+    const { signal, ...req } = request;
+    if (!req.stream) return call("create", req);
+    const streamId = next++;
+    await call("create", { ...req, streamId });
+    let done = false;
+    const finish = async () => { if (!done) { done = true; await call("return", { streamId }); } };
+    return {
+      [Symbol.asyncIterator]() { return this; },
+      async next() {
+        if (done) return { done: true, value: undefined };
+        if (signal?.aborted) { await finish(); return { done: true, value: undefined }; }
+        const r = await call("next", { streamId });
+        if (r.done) done = true;
+        return r;
+      },
+      async return() { await finish(); return { done: true, value: undefined }; },
+    };
+  }
+  const task = (type) => (args) => create(taskRequest(type, args));
+  return {
+    ...info,
+    chat: { completions: { create } },
+    tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
+    async unload() { await call("unload"); worker.terminate(); },
+  };
+}
