@@ -25,6 +25,8 @@ pub mod gguf;
 pub mod gpu;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod loader;
+#[doc(hidden)]
+pub mod loader_names;
 pub mod model;
 pub mod perplexity;
 pub mod quant;

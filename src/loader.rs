@@ -4,40 +4,11 @@
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::quant::{self, GgmlType};
 pub use crate::tensor::HostTensor;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// What HF checkpoints are converted to at load time (GGUF tensors keep their own types).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightFormat {
-    Q8_0,
-    Q4_0,
-    F16,
-    BF16,
-}
-
-impl WeightFormat {
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "q8_0" | "q8" => Self::Q8_0,
-            "q4_0" | "q4" => Self::Q4_0,
-            "f16" => Self::F16,
-            "bf16" => Self::BF16,
-            _ => return Err(Error::Input(format!("unknown weight format {s:?} (q8_0, q4_0, f16, bf16)"))),
-        })
-    }
-    pub fn ggml(self) -> GgmlType {
-        match self {
-            Self::Q8_0 => GgmlType::Q8_0,
-            Self::Q4_0 => GgmlType::Q4_0,
-            Self::F16 => GgmlType::F16,
-            Self::BF16 => GgmlType::BF16,
-        }
-    }
-}
+pub use crate::tensor::WeightFormat;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
@@ -118,31 +89,7 @@ impl ModelFiles {
     }
 }
 
-/// GGUF tensor name -> HF tensor name.
-fn hf_name(gguf: &str) -> String {
-    match gguf {
-        "token_embd.weight" => "model.embed_tokens.weight".into(),
-        "output_norm.weight" => "model.norm.weight".into(),
-        "output.weight" => "lm_head.weight".into(),
-        _ => {
-            let rest = gguf.strip_prefix("blk.").unwrap_or(gguf);
-            let (layer, t) = rest.split_once('.').unwrap_or(("0", rest));
-            let hf = match t {
-                "attn_norm.weight" => "input_layernorm.weight",
-                "attn_q.weight" => "self_attn.q_proj.weight",
-                "attn_k.weight" => "self_attn.k_proj.weight",
-                "attn_v.weight" => "self_attn.v_proj.weight",
-                "attn_output.weight" => "self_attn.o_proj.weight",
-                "ffn_norm.weight" => "post_attention_layernorm.weight",
-                "ffn_gate.weight" => "mlp.gate_proj.weight",
-                "ffn_up.weight" => "mlp.up_proj.weight",
-                "ffn_down.weight" => "mlp.down_proj.weight",
-                other => other,
-            };
-            format!("model.layers.{layer}.{hf}")
-        }
-    }
-}
+use crate::loader_names::hf_name;
 
 impl HfDir {
     fn open(dir: &Path, format: WeightFormat) -> Result<Self> {
@@ -199,26 +146,7 @@ impl HfDir {
         if (r, c) != (rows, cols) {
             return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
         }
-        let src_ty = match view.dtype() {
-            safetensors::Dtype::BF16 => GgmlType::BF16,
-            safetensors::Dtype::F16 => GgmlType::F16,
-            safetensors::Dtype::F32 => GgmlType::F32,
-            d => return Err(Error::Unsupported(format!("{hf}: safetensors dtype {d:?} (bf16, f16, f32)"))),
-        };
-        let data = view.data();
-        // Vectors (norms) stay as they are; matrices become the requested format.
-        let target = if rows == 1 { src_ty } else { self.format.ggml() };
-        if target == src_ty {
-            return Ok(HostTensor { ty: src_ty, rows, cols, data: Cow::Borrowed(data) });
-        }
-        let mut out = Vec::with_capacity(rows * target.row_bytes(cols)?);
-        let mut row = Vec::with_capacity(cols);
-        let rb = src_ty.row_bytes(cols)?;
-        for r in data.chunks_exact(rb) {
-            row.clear();
-            quant::dequantize_row(src_ty, r, &mut row);
-            out.extend_from_slice(&quant::quantize(target, &row)?);
-        }
-        Ok(HostTensor { ty: target, rows, cols, data: Cow::Owned(out) })
+        let src_ty = crate::tensor::safetensors_dtype(&format!("{:?}", view.dtype()), &hf)?;
+        crate::tensor::from_checkpoint(src_ty, view.data(), rows, cols, self.format)
     }
 }

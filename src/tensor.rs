@@ -1,5 +1,6 @@
 //! A weight on the host, in a GPU-ready layout (shared by the native loader and the web).
 
+use crate::error::{Error, Result};
 use crate::quant::{self, GgmlType};
 use std::borrow::Cow;
 
@@ -18,4 +19,65 @@ impl HostTensor<'_> {
         quant::dequantize_row(self.ty, &self.data, &mut v);
         v
     }
+}
+
+/// What HF checkpoints are converted to at load time (GGUF tensors keep their own types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    Q8_0,
+    Q4_0,
+    F16,
+    BF16,
+}
+
+impl WeightFormat {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "q8_0" | "q8" => Self::Q8_0,
+            "q4_0" | "q4" => Self::Q4_0,
+            "f16" => Self::F16,
+            "bf16" => Self::BF16,
+            _ => return Err(Error::Input(format!("unknown weight format {s:?} (q8_0, q4_0, f16, bf16)"))),
+        })
+    }
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::F16 => GgmlType::F16,
+            Self::BF16 => GgmlType::BF16,
+        }
+    }
+}
+
+
+/// A safetensors dtype name (`BF16`, `F16`, `F32`) as a tensor type.
+pub fn safetensors_dtype(dtype: &str, name: &str) -> Result<GgmlType> {
+    match dtype {
+        "BF16" => Ok(GgmlType::BF16),
+        "F16" => Ok(GgmlType::F16),
+        "F32" => Ok(GgmlType::F32),
+        d => Err(Error::Unsupported(format!("{name}: safetensors dtype {d} (bf16, f16, f32)"))),
+    }
+}
+
+/// A checkpoint tensor (`rows` x `cols` of `src_ty`) in the GPU layout: vectors (norms) stay as
+/// they are; matrices become `format`.
+pub fn from_checkpoint(src_ty: GgmlType, data: &[u8], rows: usize, cols: usize, format: WeightFormat) -> Result<HostTensor<'_>> {
+    let rb = src_ty.row_bytes(cols)?;
+    if data.len() != rb * rows {
+        return Err(Error::Shape(format!("{} bytes for {rows}x{cols} {src_ty:?}", data.len())));
+    }
+    let target = if rows == 1 { src_ty } else { format.ggml() };
+    if target == src_ty {
+        return Ok(HostTensor { ty: src_ty, rows, cols, data: Cow::Borrowed(data) });
+    }
+    let mut out = Vec::with_capacity(rows * target.row_bytes(cols)?);
+    let mut row = Vec::with_capacity(cols);
+    for r in data.chunks_exact(rb) {
+        row.clear();
+        quant::dequantize_row(src_ty, r, &mut row);
+        out.extend_from_slice(&quant::quantize(target, &row)?);
+    }
+    Ok(HostTensor { ty: target, rows, cols, data: Cow::Owned(out) })
 }

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{Gpu, GpuOptions};
 use crate::model::{Model, TensorSource};
-use crate::tensor::HostTensor;
+use crate::tensor::{HostTensor, WeightFormat};
+use std::collections::HashMap;
 use crate::tokenizer::Tokenizer;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -101,6 +102,100 @@ impl TensorSource for RemoteGguf<'_> {
     }
 }
 
+/// One safetensors file over the network: its tensors' (dtype, shape, absolute byte range).
+struct Shard {
+    url: String,
+    tensors: HashMap<String, (String, Vec<usize>, u64, u64)>,
+}
+
+/// An HF checkpoint directory over the network (`config.json`, safetensors, tokenizer files).
+struct RemoteHf<'a> {
+    io: &'a Io,
+    shards: Vec<Shard>,
+    format: WeightFormat,
+    buf: Vec<u8>,
+    loaded: u64,
+    progress: &'a dyn Fn(u64, &str),
+}
+
+impl RemoteHf<'_> {
+    fn find(&self, hf: &str) -> Option<(&Shard, &(String, Vec<usize>, u64, u64))> {
+        self.shards.iter().find_map(|s| s.tensors.get(hf).map(|t| (s, t)))
+    }
+}
+
+impl TensorSource for RemoteHf<'_> {
+    async fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
+        let hf = crate::loader_names::hf_name(name);
+        let (url, (dtype, shape, start, end)) = match self.find(&hf) {
+            Some((s, t)) => (s.url.clone(), t.clone()),
+            None => return Err(Error::Shape(format!("checkpoint lacks tensor {hf}"))),
+        };
+        let (r, c) = match shape.as_slice() {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            _ => return Err(Error::Shape(format!("{hf} has shape {shape:?}"))),
+        };
+        if (r, c) != (rows, cols) {
+            return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
+        }
+        let ty = crate::tensor::safetensors_dtype(&dtype, &hf)?;
+        self.io.range(&url, start, end, &mut self.buf).await?;
+        self.loaded += end - start;
+        (self.progress)(self.loaded, name);
+        crate::tensor::from_checkpoint(ty, &self.buf, rows, cols, self.format)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.find(&crate::loader_names::hf_name(name)).is_some()
+    }
+}
+
+async fn fetch_text(io: &Io, url: &str) -> Result<String> {
+    let n = io.size(url).await?;
+    let mut buf = Vec::new();
+    io.range(url, 0, n, &mut buf).await?;
+    String::from_utf8(buf).map_err(|_| Error::corrupt(url, "not UTF-8"))
+}
+
+async fn fetch_bytes(io: &Io, url: &str) -> Result<Vec<u8>> {
+    let n = io.size(url).await?;
+    let mut buf = Vec::new();
+    io.range(url, 0, n, &mut buf).await?;
+    Ok(buf)
+}
+
+/// A safetensors file's header (8-byte length, then JSON).
+async fn fetch_shard(io: &Io, url: &str) -> Result<Shard> {
+    let len = io.size(url).await?;
+    let mut buf = Vec::new();
+    io.range(url, 0, 8.min(len), &mut buf).await?;
+    if buf.len() < 8 {
+        return Err(Error::corrupt(url, "truncated safetensors header"));
+    }
+    let n = u64::from_le_bytes(buf[..8].try_into().unwrap());
+    if n > len - 8 || n > 100 << 20 {
+        return Err(Error::corrupt(url, format!("safetensors header of {n} bytes in a {len}-byte file")));
+    }
+    io.range(url, 8, 8 + n, &mut buf).await?;
+    let v: serde_json::Value = serde_json::from_slice(&buf).map_err(|e| Error::corrupt(url, e.to_string()))?;
+    let mut tensors = HashMap::new();
+    for (name, t) in v.as_object().ok_or_else(|| Error::corrupt(url, "header is not an object"))? {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = t["dtype"].as_str().unwrap_or("").to_string();
+        let shape: Vec<usize> = t["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
+        let off = t["data_offsets"].as_array().and_then(|a| Some((a.first()?.as_u64()?, a.get(1)?.as_u64()?)));
+        let (s, e) = off.ok_or_else(|| Error::corrupt(url, format!("{name}: no data_offsets")))?;
+        let (s, e) = (8 + n + s, 8 + n + e);
+        if s > e || e > len {
+            return Err(Error::corrupt(url, format!("{name}: bytes {s}..{e} past the end of the {len}-byte file")));
+        }
+        tensors.insert(name.clone(), (dtype, shape, s, e));
+    }
+    Ok(Shard { url: url.to_string(), tensors })
+}
+
 /// Reads a GGUF header: the first 1 MiB, doubled until the header parses.
 async fn fetch_header(io: &Io, url: &str, len: u64) -> Result<Gguf> {
     let mut n = (1u64 << 20).min(len);
@@ -125,27 +220,60 @@ pub struct WasmEngine {
 
 #[wasm_bindgen]
 impl WasmEngine {
-    /// Loads a GGUF model from `url` through `io`. `options`: `{ctxSize, kvF16, modelName}`.
+    /// Loads a model through `io`: a GGUF file (`url` ends in `.gguf`) or an HF checkpoint
+    /// directory (`url` is its base: config.json, tokenizer files, safetensors, converted at
+    /// load to `options.quant`, default q8_0). `options`: `{ctxSize, kvF16, modelName, quant}`.
     /// `on_progress({loaded, total, text})` as tensors arrive.
     pub async fn load(url: String, io: JsValue, options: JsValue, on_progress: Option<js_sys::Function>) -> std::result::Result<WasmEngine, JsValue> {
         console_error_panic_hook();
         let opt = |k: &str| js_sys::Reflect::get(&options, &k.into()).ok().filter(|v| !v.is_undefined() && !v.is_null());
         let io = Io::new(&io).map_err(engine_error)?;
-        let len = io.size(&url).await.map_err(engine_error)?;
+        let is_gguf = url.split(['?', '#']).next().unwrap_or("").ends_with(".gguf");
+        let base = if is_gguf { String::new() } else { format!("{}/", url.trim_end_matches('/')) };
+        let len = if is_gguf { io.size(&url).await.map_err(engine_error)? } else { 0 };
+        let total = std::cell::Cell::new(len);
         let report = |loaded: u64, text: &str| {
             if let Some(f) = &on_progress {
                 let o = js_sys::Object::new();
                 let _ = js_sys::Reflect::set(&o, &"loaded".into(), &(loaded as f64).into());
-                let _ = js_sys::Reflect::set(&o, &"total".into(), &(len as f64).into());
+                let _ = js_sys::Reflect::set(&o, &"total".into(), &(total.get() as f64).into());
                 let _ = js_sys::Reflect::set(&o, &"text".into(), &text.into());
                 let _ = f.call1(&JsValue::NULL, &o);
             }
         };
-        let gguf = fetch_header(&io, &url, len).await.map_err(engine_error)?;
-        let cfg = gguf.config().map_err(engine_error)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf).map_err(engine_error)?;
+        let (cfg, tokenizer, gguf, shards) = if is_gguf {
+            let gguf = fetch_header(&io, &url, len).await.map_err(engine_error)?;
+            let cfg = gguf.config().map_err(engine_error)?;
+            let tokenizer = Tokenizer::from_gguf(&gguf).map_err(engine_error)?;
+            (cfg, tokenizer, Some(gguf), Vec::new())
+        } else {
+            let cfg = crate::ModelConfig::from_hf_json(&fetch_text(&io, &format!("{base}config.json")).await.map_err(engine_error)?).map_err(engine_error)?;
+            let mut tokenizer = match fetch_bytes(&io, &format!("{base}tokenizer.model")).await {
+                Ok(b) => Tokenizer::from_spm_bytes(&b, &format!("{base}tokenizer.model")),
+                Err(_) => Tokenizer::from_hf_json(&fetch_bytes(&io, &format!("{base}tokenizer.json")).await.map_err(engine_error)?),
+            }
+            .map_err(engine_error)?;
+            let tc = fetch_text(&io, &format!("{base}tokenizer_config.json")).await.ok();
+            let gc = fetch_text(&io, &format!("{base}generation_config.json")).await.ok();
+            tokenizer.apply_hf_configs(tc.as_deref(), gc.as_deref()).map_err(engine_error)?;
+            let files: Vec<String> = match fetch_text(&io, &format!("{base}model.safetensors.index.json")).await {
+                Ok(t) => {
+                    let v: serde_json::Value = serde_json::from_str(&t).map_err(|e| engine_error(Error::corrupt("model.safetensors.index.json", e.to_string())))?;
+                    let mut f: Vec<String> = v["weight_map"].as_object().map(|m| m.values().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
+                    f.sort();
+                    f.dedup();
+                    f
+                }
+                Err(_) => vec!["model.safetensors".into()],
+            };
+            let mut shards = Vec::new();
+            for f in files {
+                shards.push(fetch_shard(&io, &format!("{base}{f}")).await.map_err(engine_error)?);
+            }
+            total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.3 - t.2)).sum());
+            (cfg, tokenizer, None, shards)
+        };
         let gpu = Gpu::new(&GpuOptions::default()).await.map_err(engine_error)?;
-        // Refuse before downloading what cannot fit: each layer's KV cache is one binding.
         let ctx_size = opt("ctxSize").and_then(|v| v.as_f64()).map(|v| v as usize).unwrap_or(4096).min(cfg.max_position_embeddings.max(2));
         let kv_f16 = opt("kvF16").and_then(|v| v.as_bool()).unwrap_or(true);
         let kv_bytes = (ctx_size * cfg.kv_dim() * if kv_f16 { 2 } else { 4 }) as u64;
@@ -156,14 +284,27 @@ impl WasmEngine {
             ))));
         }
         report(0, "header");
-        let mut src = RemoteGguf { io: &io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: &report };
-        let model = Model::build(gpu, cfg, &mut src, |_, _| {}).await.map_err(engine_error)?;
+        let model = match gguf {
+            Some(gguf) => {
+                let mut src = RemoteGguf { io: &io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: &report };
+                Model::build(gpu, cfg, &mut src, |_, _| {}).await
+            }
+            None => {
+                let format = match opt("quant").and_then(|v| v.as_string()) {
+                    Some(q) => WeightFormat::parse(&q).map_err(engine_error)?,
+                    None => WeightFormat::Q8_0,
+                };
+                let mut src = RemoteHf { io: &io, shards, format, buf: Vec::new(), loaded: 0, progress: &report };
+                Model::build(gpu, cfg, &mut src, |_, _| {}).await
+            }
+        }
+        .map_err(engine_error)?;
         let name = opt("modelName").and_then(|v| v.as_string()).unwrap_or_else(|| {
-            url.rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
+            url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
         });
         let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, model_name: name })
             .map_err(engine_error)?;
-        report(len, "ready");
+        report(total.get(), "ready");
         Ok(WasmEngine { chat, model: Some(model), stream: None })
     }
 

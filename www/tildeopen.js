@@ -43,10 +43,11 @@ function makeIo(model, useCache) {
       range: async (_u, start, end) => new Uint8Array(await model.slice(start, end).arrayBuffer()),
     };
   }
-  let size = null;
+  const sizes = new Map();
   const cache = useCache && globalThis.caches ? caches.open(CACHE) : null;
   const pieceKey = (url, i) => `https://tildeopen.invalid/${encodeURIComponent(url)}/${i}`;
   async function piece(url, i) {
+    const size = sizes.get(url);
     const start = i * PIECE, end = Math.min(size, start + PIECE);
     const c = cache && (await cache);
     if (c) {
@@ -59,11 +60,12 @@ function makeIo(model, useCache) {
   }
   return {
     async size(url) {
-      if (size !== null) return size;
+      if (sizes.has(url)) return sizes.get(url);
       const r = await fetch(url, { method: "HEAD" });
       if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
-      size = Number(r.headers.get("Content-Length"));
-      if (!size) throw new Error(`${url}: no Content-Length`);
+      const size = Number(r.headers.get("Content-Length"));
+      if (!size && size !== 0) throw new Error(`${url}: no Content-Length`);
+      sizes.set(url, size);
       return size;
     },
     async range(url, start, end) {
@@ -103,12 +105,12 @@ export async function createEngineInThread(opts) {
   if (!globalThis.navigator?.gpu) throw new Error(JSON.stringify({ error: { message: "WebGPU is not available in this browser", type: "unsupported", code: "no_webgpu" } }));
   await initWasm();
   const model = opts.model;
-  const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href : (model.name || "model.gguf");
+  const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href.replace(/\/$/, "") : (model.name || "model.gguf");
   const io = makeIo(model, opts.cache !== false);
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
   try {
-    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName }, onProgress);
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant }, onProgress);
   } catch (e) {
     throw parseError(e);
   }

@@ -1,0 +1,154 @@
+//! The browser runtime in headless Chromium (WebGPU on SwiftShader, no shader-f16): pages served
+//! with HTTP Range support load the tiny fixture as a GGUF and as an HF directory, and SmolLM2;
+//! greedy answers must equal the native CLI's for the same request. Needs `scripts/build-web`
+//! (the test command runs it) and Debian's `chromium`.
+
+mod common;
+use common::fixtures;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Serves a temporary root holding `repo/`, `shared/` and `extra` files (symlinks), opens
+/// tests/web/chat.html with `params` in Chromium and returns what the page posted.
+fn run_page(params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration) -> serde_json::Value {
+    assert!(repo().join("www/pkg/tildeopen_bg.wasm").exists(), "www/pkg is missing: run scripts/build-web");
+    let root = std::env::temp_dir().join(format!("tildeopen-web-{}-{}", std::process::id(), params.len()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    std::os::unix::fs::symlink(repo(), root.join("repo")).unwrap();
+    std::os::unix::fs::symlink(fixtures().canonicalize().unwrap(), root.join("fixtures")).unwrap();
+    for (name, target) in extra {
+        std::os::unix::fs::symlink(target.canonicalize().unwrap(), root.join(name)).unwrap();
+    }
+    let results = root.join("results.jsonl");
+    let mut server = Command::new("python3")
+        .args([repo().join("scripts/web-serve.py").to_str().unwrap(), "--root", root.to_str().unwrap(), "--port", "0", "--results", results.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let _server = Kill(server);
+    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let mut query: Vec<String> = vec![format!("api={}", "/repo/www/tildeopen.js")];
+    for (k, v) in params {
+        query.push(format!("{k}={}", urlencode(v)));
+    }
+    let url = format!("{base}/repo/tests/web/chat.html?{}", query.join("&"));
+    let profile = root.join("profile");
+    let chrome = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu-sandbox",
+            "--disable-dev-shm-usage",
+            "--enable-unsafe-webgpu",
+            "--enable-features=Vulkan",
+            "--use-angle=swiftshader",
+            "--use-vulkan=swiftshader",
+            "--use-webgpu-adapter=swiftshader",
+            &format!("--user-data-dir={}", profile.display()),
+            &url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium (Debian's `chromium` package) is needed for the web tests");
+    let _chrome = Kill(chrome);
+    let t0 = Instant::now();
+    let text = loop {
+        if let Ok(t) = std::fs::read_to_string(&results) {
+            if t.ends_with('\n') {
+                break t;
+            }
+        }
+        assert!(t0.elapsed() < timeout, "the page posted nothing within {timeout:?}: {url}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    drop(_chrome);
+    let _ = std::fs::remove_dir_all(&root);
+    let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(v.get("failure").is_none(), "page failed: {}", v["failure"]);
+    v
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The native CLI's answer to the same request.
+fn native(model: &Path, request: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("tildeopen-web-req-{}.json", std::process::id()));
+    std::fs::write(&dir, request).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(["chat", "--model", model.to_str().unwrap(), "--request", dir.to_str().unwrap(), "--json"]).output().unwrap();
+    std::fs::remove_file(&dir).ok();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+}
+
+const REQ: &str = r#"{"messages":[{"role":"user","content":"I like cakes."}],"max_tokens":8,"temperature":0}"#;
+
+#[test]
+fn tiny_gguf_in_the_browser_matches_native() {
+    let v = run_page(&[("model", "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf"), ("request", REQ), ("worker", "1"), ("task", "1")], &[], Duration::from_secs(300));
+    let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), REQ);
+    println!("browser: {}", serde_json::to_string(&v).unwrap());
+    let c = &v["completion"];
+    assert_eq!(c["object"], "chat.completion");
+    assert_eq!(c["choices"][0]["finish_reason"], "length");
+    assert_eq!(c["usage"]["completion_tokens"], 8);
+    assert_eq!(c["choices"][0]["message"]["content"], want.as_str(), "non-streamed");
+    assert_eq!(v["streamText"], want.as_str(), "streamed");
+    assert_eq!((v["firstRole"].as_str(), v["lastFinish"].as_str()), (Some("assistant"), Some("length")));
+    assert_eq!(v["chunksBeforeAbort"], 2, "the loop ends right after abort()");
+    assert_eq!(v["afterAbort"], want.as_str(), "a new request after an abort");
+    assert_eq!(v["error"]["error"]["param"], "messages");
+    assert_eq!(v["worker"], want.as_str(), "worker mode");
+    assert_eq!(v["workerStream"], want.as_str(), "worker mode, streamed");
+    assert!(v["progressMonotonic"].as_bool().unwrap() && v["progressEvents"].as_u64().unwrap() > 10);
+    let task = r#"{"task":{"type":"translate","text":"I like cakes.","source":"en","target":"lv"},"max_tokens":6,"temperature":0}"#;
+    assert_eq!(v["task"], native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), task).as_str(), "translate task");
+}
+
+#[test]
+fn tiny_hf_dir_in_the_browser_matches_native() {
+    let v = run_page(&[("model", "/fixtures/models/tiny-tildeopen/"), ("request", REQ)], &[], Duration::from_secs(300));
+    let want = native(&fixtures().join("models/tiny-tildeopen"), REQ);
+    assert_eq!(v["completion"]["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(v["streamText"], want.as_str());
+}
+
+#[test]
+fn smollm2_in_the_browser_answers_riga() {
+    let req = r#"{"messages":[{"role":"user","content":"What is the capital of Latvia?"}],"max_tokens":16,"temperature":0}"#;
+    let v = run_page(&[("model", "/smollm2.gguf"), ("request", req), ("quick", "1")], &[("smollm2.gguf", &common::smollm2())], Duration::from_secs(900));
+    let c = &v["completion"];
+    println!(
+        "SmolLM2 in Chromium: {:?}, load {:.1} s, {:.2} tokens/s",
+        c["choices"][0]["message"]["content"],
+        v["loadMs"].as_f64().unwrap() / 1000.0,
+        v["tokensPerSecond"].as_f64().unwrap()
+    );
+    assert!(c["choices"][0]["message"]["content"].as_str().unwrap().contains("Riga"));
+    assert_eq!(c["choices"][0]["finish_reason"], "stop");
+}
