@@ -25,8 +25,17 @@ fn repo() -> PathBuf {
 /// Serves a temporary root holding `repo/`, `shared/` and `extra` files (symlinks), opens
 /// tests/web/chat.html with `params` in Chromium and returns what the page posted.
 fn run_page(params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration) -> serde_json::Value {
+    run_page_with("/repo/tests/web/chat.html", params, extra, timeout)
+}
+
+fn run_page_at(page: &str, params: &[(&str, &str)], timeout: Duration) -> serde_json::Value {
+    run_page_with(page, params, &[], timeout)
+}
+
+fn run_page_with(page: &str, params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration) -> serde_json::Value {
     assert!(repo().join("www/pkg/tildeopen_bg.wasm").exists(), "www/pkg is missing: run scripts/build-web");
-    let root = std::env::temp_dir().join(format!("tildeopen-web-{}-{}", std::process::id(), params.len()));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let root = std::env::temp_dir().join(format!("tildeopen-web-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
     std::os::unix::fs::symlink(repo(), root.join("repo")).unwrap();
@@ -48,7 +57,7 @@ fn run_page(params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration)
     for (k, v) in params {
         query.push(format!("{k}={}", urlencode(v)));
     }
-    let url = format!("{base}/repo/tests/web/chat.html?{}", query.join("&"));
+    let url = format!("{base}{page}?{}", query.join("&"));
     let profile = root.join("profile");
     let chrome = Command::new("chromium")
         .args([
@@ -151,4 +160,18 @@ fn smollm2_in_the_browser_answers_riga() {
     );
     assert!(c["choices"][0]["message"]["content"].as_str().unwrap().contains("Riga"));
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn demo_page_loads_and_translates() {
+    let v = run_page_at(
+        "/repo/www/index.html",
+        &[("model", "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf"), ("autoload", "1"), ("autotranslate", "1"), ("report", "1"), ("max_tokens", "6")],
+        Duration::from_secs(300),
+    );
+    let task = r#"{"task":{"type":"translate","text":"I like cakes.\n\nThe shop opens at nine.","source":"en","target":"lv"},"max_tokens":6,"temperature":0}"#;
+    let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), task);
+    assert!(v["status"].as_str().unwrap().contains("ready"), "{v}");
+    assert_eq!(v["translation"], want.as_str());
+    assert!(v["speed"].as_str().unwrap().contains("tokens/s"), "{v}");
 }
