@@ -1,0 +1,98 @@
+// Types of tildeopen.js: an OpenAI-shaped chat API over the wasm engine (WebGPU).
+
+export interface Message { role: "system" | "user" | "assistant" | "developer"; content: string }
+
+export interface ChatRequest {
+  messages?: Message[];
+  /** One of the response format's tasks instead of messages. */
+  task?: TaskSpec;
+  max_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  repetition_penalty?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  seed?: number;
+  stop?: string | string[];
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  /** Stops generation (between tokens) and ends the stream. */
+  signal?: AbortSignal;
+}
+
+export type TaskSpec =
+  | { type: "translate"; text: string; source: string; target: string; glossary?: [string, string][]; examples?: [string, string][] }
+  | { type: "ask"; context: string; question: string }
+  | { type: "summarise"; text: string; instruction?: string };
+
+export interface Usage { prompt_tokens: number; completion_tokens: number; total_tokens: number }
+export type FinishReason = "stop" | "length";
+
+export interface ChatCompletion {
+  id: string;
+  object: "chat.completion";
+  created: number;
+  model: string;
+  choices: [{ index: 0; message: { role: "assistant"; content: string }; finish_reason: FinishReason }];
+  usage: Usage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: "chat.completion.chunk";
+  created: number;
+  model: string;
+  choices: [{ index: 0; delta: { role?: "assistant"; content?: string }; finish_reason: FinishReason | null }];
+  usage?: Usage;
+}
+
+export interface Progress { loaded: number; total: number; text: string }
+
+export interface EngineOptions {
+  /** A GGUF URL, an HF checkpoint folder URL (config.json, tokenizer files, safetensors), or a local File/Blob (GGUF). */
+  model: string | Blob;
+  onProgress?: (p: Progress) => void;
+  /** Run in a dedicated Web Worker (default true; false runs in this thread). */
+  worker?: boolean;
+  /** Context window in tokens (default 4096, at most what the device can bind). */
+  ctxSize?: number;
+  /** f16 KV cache (default) or f32. */
+  kvF16?: boolean;
+  /** The `model` field of responses. */
+  modelName?: string;
+  /** What HF checkpoints are converted to at load: "q8_0" (default), "q4_0", "f16", "bf16". */
+  quant?: string;
+  /** Keep downloaded weights in the Cache API (default true). */
+  cache?: boolean;
+}
+
+type Common = Omit<ChatRequest, "messages" | "task">;
+
+export interface Engine {
+  modelName: string;
+  contextSize: number;
+  adapter: string;
+  chat: {
+    completions: {
+      create(req: ChatRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
+      create(req: ChatRequest & { stream?: false }): Promise<ChatCompletion>;
+    };
+  };
+  tasks: {
+    translate(a: Common & { text: string; from: string; to: string; glossary?: [string, string][]; examples?: [string, string][] }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
+    ask(a: Common & { context: string; question: string }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
+    summarise(a: Common & { text: string; instruction?: string }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
+  };
+  /** Frees the GPU memory (and ends the worker). */
+  unload(): Promise<void>;
+}
+
+/** Loads a model. Errors reject with an Error whose message is the JSON error body. */
+export function createEngine(opts: EngineOptions): Promise<Engine>;
+export function createEngineInThread(opts: EngineOptions): Promise<Engine>;
+/** The chat request of a task, e.g. taskRequest("translate", { text, from, to }). */
+export function taskRequest(type: "translate" | "ask" | "summarise", args: Record<string, unknown>): ChatRequest;
+/** Forgets the downloaded weights kept in the Cache API. */
+export function clearCache(): Promise<void>;
