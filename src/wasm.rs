@@ -102,10 +102,13 @@ impl TensorSource for RemoteGguf<'_> {
     }
 }
 
-/// One safetensors file over the network: its tensors' (dtype, shape, absolute byte range).
+/// A tensor in a safetensors file: dtype, shape, absolute byte range.
+type Entry = (String, Vec<usize>, u64, u64);
+
+/// One safetensors file over the network.
 struct Shard {
     url: String,
-    tensors: HashMap<String, (String, Vec<usize>, u64, u64)>,
+    tensors: HashMap<String, Entry>,
 }
 
 /// An HF checkpoint directory over the network (`config.json`, safetensors, tokenizer files).
@@ -119,7 +122,7 @@ struct RemoteHf<'a> {
 }
 
 impl RemoteHf<'_> {
-    fn find(&self, hf: &str) -> Option<(&Shard, &(String, Vec<usize>, u64, u64))> {
+    fn find(&self, hf: &str) -> Option<(&Shard, &Entry)> {
         self.shards.iter().find_map(|s| s.tensors.get(hf).map(|t| (s, t)))
     }
 }

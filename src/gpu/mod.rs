@@ -84,6 +84,7 @@ impl Gpu {
         if max_binding < 256 {
             return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
         }
+        #[allow(clippy::arc_with_non_send_sync)] // wgpu's web types are !Send; wasm is single-threaded
         let kernels = std::sync::Arc::new(kernels::Kernels::new(&device));
         Ok(Gpu { device, queue, info, limits, max_binding, kernels })
     }
