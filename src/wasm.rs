@@ -311,6 +311,14 @@ impl WasmEngine {
         Ok(WasmEngine { chat, model: Some(model), stream: None })
     }
 
+    /// A `device_lost` error (the page should create a new engine) once the GPU is gone.
+    fn check_device(&self) -> std::result::Result<(), JsValue> {
+        let Some(m) = &self.model else {
+            return Err(js_error(&ApiError { status: 409, message: "the model was unloaded".into(), kind: "invalid_request_error".into(), param: None, code: Some("unloaded".into()) }));
+        };
+        m.gpu.check_lost().map_err(|e| js_error(&ApiError { status: 503, message: e.to_string(), kind: "server_error".into(), param: None, code: Some("device_lost".into()) }))
+    }
+
     fn request(req: JsValue) -> std::result::Result<ChatRequest, JsValue> {
         let r: ChatRequest = serde_wasm_bindgen::from_value(req).map_err(|e| js_error(&ApiError::invalid(format!("malformed request: {e}"), None)))?;
         r.validate().map_err(|e| js_error(&e))?;
@@ -320,6 +328,7 @@ impl WasmEngine {
     /// A `chat.completion` for a request object.
     pub async fn complete(&mut self, request: JsValue) -> std::result::Result<JsValue, JsValue> {
         self.stream = None;
+        self.check_device()?;
         let req = Self::request(request)?;
         let c = self.chat.complete(&req).await.map_err(|e| js_error(&e))?;
         Ok(to_js(&c))
@@ -328,6 +337,7 @@ impl WasmEngine {
     /// Starts a streamed answer (replacing one in progress); then call `next_chunk`.
     pub async fn start_stream(&mut self, request: JsValue) -> std::result::Result<(), JsValue> {
         self.stream = None;
+        self.check_device()?;
         let req = Self::request(request)?;
         self.stream = Some(self.chat.start_stream(&req).await.map_err(|e| js_error(&e))?);
         Ok(())
@@ -336,6 +346,7 @@ impl WasmEngine {
     /// The next `chat.completion.chunk`, or `undefined` at the end.
     pub async fn next_chunk(&mut self) -> std::result::Result<JsValue, JsValue> {
         let Some(mut s) = self.stream.take() else { return Ok(JsValue::UNDEFINED) };
+        self.check_device()?;
         match self.chat.next_chunk(&mut s).await {
             None => Ok(JsValue::UNDEFINED),
             Some(Ok(c)) => {

@@ -26,6 +26,8 @@ pub struct Gpu {
     /// the cap), rounded down to 256 bytes.
     pub max_binding: u64,
     pub kernels: std::sync::Arc<kernels::Kernels>,
+    /// Set (with the reason) when the device is lost; every later GPU call fails.
+    pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Gpu {
@@ -86,7 +88,22 @@ impl Gpu {
         }
         #[allow(clippy::arc_with_non_send_sync)] // wgpu's web types are !Send; wasm is single-threaded
         let kernels = std::sync::Arc::new(kernels::Kernels::new(&device));
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels })
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let l = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut g) = l.lock() {
+                *g = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost })
+    }
+
+    /// An error when the device has been lost (the model must be loaded again).
+    pub fn check_lost(&self) -> Result<()> {
+        match self.lost.lock().ok().and_then(|g| g.clone()) {
+            Some(why) => Err(Error::Gpu(format!("device lost ({why}): load the model again"))),
+            None => Ok(()),
+        }
     }
 
     /// A storage buffer of `size` bytes (rounded up to 4, plus 4 bytes of padding so unaligned

@@ -1,0 +1,79 @@
+// The service worker: owns the engine (WebGPU in the worker, one engine for every tab) and
+// translates blocks for content scripts over ports, streaming chunks back.
+import { createEngineInThread } from "./tildeopen.js";
+import { getSettings } from "./settings.js";
+import DEFAULTS from "./defaults.js";
+
+// Defaults baked in by scripts/build-extension fill in what the options page has not set
+// (content scripts read chrome.storage directly).
+chrome.storage.local.get(Object.keys(DEFAULTS)).then((s) => {
+  const missing = Object.fromEntries(Object.entries(DEFAULTS).filter(([k]) => s[k] === undefined));
+  if (Object.keys(missing).length) chrome.storage.local.set(missing);
+});
+
+let engine = null, engineUrl = null, loading = null;
+let busy = Promise.resolve();
+
+async function getEngine(onProgress) {
+  const { modelUrl } = await getSettings();
+  if (!modelUrl) throw new Error("Set a model URL in the extension's options.");
+  if (engine && engineUrl === modelUrl) return engine;
+  if (!loading) {
+    loading = (async () => {
+      if (engine) await engine.unload();
+      engine = await createEngineInThread({ model: modelUrl, worker: false, onProgress });
+      engineUrl = modelUrl;
+      return engine;
+    })().finally(() => (loading = null));
+  }
+  return loading;
+}
+
+// One block at a time across all tabs (the engine answers one request at a time anyway).
+function serial(f) {
+  const r = busy.then(f);
+  busy = r.catch(() => {});
+  return r;
+}
+
+chrome.runtime.onConnect.addListener((port) => {
+  if (port.name !== "translate") return;
+  let closed = false, current = null;
+  port.onDisconnect.addListener(() => { closed = true; current?.return?.(); });
+  port.onMessage.addListener(async (msg) => {
+    if (msg.type !== "block") return;
+    await serial(async () => {
+      if (closed) return;
+      try {
+        const settings = await getSettings();
+        const eng = await getEngine((p) => !closed && port.postMessage({ type: "progress", ...p }));
+        const t0 = performance.now();
+        let n = 0;
+        current = await eng.tasks.translate({
+          text: msg.text, from: settings.source || "en", to: msg.target || settings.target,
+          glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: settings.maxTokens || 512,
+        });
+        for await (const chunk of current) {
+          if (closed) break;
+          const d = chunk.choices[0]?.delta?.content;
+          if (d) { n++; port.postMessage({ type: "delta", id: msg.id, text: d }); }
+        }
+        if (!closed) port.postMessage({ type: "done", id: msg.id, tokens: n, seconds: (performance.now() - t0) / 1000 });
+      } catch (e) {
+        if (!closed) port.postMessage({ type: "error", id: msg.id, message: e.message ?? String(e) });
+      } finally {
+        current = null;
+      }
+    });
+  });
+});
+
+chrome.runtime.onInstalled.addListener(() => {
+  chrome.contextMenus.create({ id: "tildeopen-selection", title: "Translate selection with TildeOpen", contexts: ["selection"] });
+});
+
+chrome.contextMenus.onClicked.addListener((info, tab) => {
+  if (info.menuItemId === "tildeopen-selection" && tab?.id !== undefined) {
+    chrome.tabs.sendMessage(tab.id, { type: "translate-selection", text: info.selectionText });
+  }
+});
