@@ -261,7 +261,7 @@ impl ChatEngine {
         let mut content = String::new();
         while g.finished.is_none() {
             if !keep_going() {
-                return Err(ApiError { status: 499, message: "request cancelled".into(), kind: "cancelled".into(), param: None, code: None });
+                return Err(cancelled());
             }
             content += &self.step(&mut g).await?;
         }
@@ -298,6 +298,17 @@ impl ChatEngine {
 
     /// The next chunk of a stream, `None` after the one with `finish_reason`.
     pub async fn next_chunk(&mut self, s: &mut ChatStream) -> Option<std::result::Result<ChatCompletionChunk, ApiError>> {
+        self.next_chunk_while(s, || true).await
+    }
+
+    /// [`ChatEngine::next_chunk`], giving up (a 499 "cancelled" error, then the end) as soon as
+    /// `keep_going()` returns false between tokens, also while text is held back (stop strings,
+    /// task output cleaning) and no chunk has been produced.
+    pub async fn next_chunk_while(
+        &mut self,
+        s: &mut ChatStream,
+        mut keep_going: impl FnMut() -> bool,
+    ) -> Option<std::result::Result<ChatCompletionChunk, ApiError>> {
         let chunk = |g: &Generation, delta: Delta, finish: Option<FinishReason>| ChatCompletionChunk {
             id: g.id.clone(),
             object: "chat.completion.chunk".into(),
@@ -319,6 +330,10 @@ impl ChatEngine {
                     s.phase = 2;
                     return Some(Ok(chunk(&s.g, Delta::default(), Some(reason))));
                 }
+                if !keep_going() {
+                    s.phase = 2;
+                    return Some(Err(cancelled()));
+                }
                 match self.step(&mut s.g).await {
                     Ok(text) if !text.is_empty() => return Some(Ok(chunk(&s.g, Delta { role: None, content: Some(text) }, None))),
                     Ok(_) => continue,
@@ -331,6 +346,10 @@ impl ChatEngine {
             _ => None,
         }
     }
+}
+
+fn cancelled() -> ApiError {
+    ApiError { status: 499, message: "request cancelled".into(), kind: "cancelled".into(), param: None, code: None }
 }
 
 /// A streamed answer in progress (see [`ChatEngine::start_stream`]).

@@ -17,7 +17,6 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -140,18 +139,18 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>) {
             continue;
         }
         pollster::block_on(async {
-            match eng.stream(&job.req).await {
+            match eng.start_stream(&job.req).await {
                 Err(e) => {
                     let _ = tx.send(Reply::Error(e));
                 }
-                Ok(s) => {
-                    let mut s = std::pin::pin!(s);
-                    while let Some(c) = s.next().await {
+                Ok(mut s) => {
+                    // Checks the client between tokens, also while text is held back.
+                    while let Some(c) = eng.next_chunk_while(&mut s, || !tx.is_closed()).await {
                         let sent = match c {
                             Ok(c) => tx.send(Reply::Chunk(Box::new(c))),
                             Err(e) => tx.send(Reply::Error(e)),
                         };
-                        if sent.is_err() {
+                        if sent.is_err() || tx.is_closed() {
                             log::info!("client went away: generation stopped");
                             return;
                         }

@@ -29,10 +29,15 @@ export async function clearCache() {
 
 async function httpRange(url, start, end) {
   const r = await fetch(url, { headers: { Range: `bytes=${start}-${end - 1}` } });
-  if (r.status !== 206 && r.status !== 200) throw new Error(`${url}: HTTP ${r.status}`);
+  if (r.status === 200) {
+    // The whole file instead of a range: refuse rather than download gigabytes per piece.
+    r.body?.cancel();
+    throw new Error(`${url}: the server ignores HTTP Range requests (needed to stream weights)`);
+  }
+  if (r.status !== 206) throw new Error(`${url}: HTTP ${r.status}`);
   const buf = new Uint8Array(await r.arrayBuffer());
-  // A server that ignores Range sends the whole file.
-  return r.status === 200 ? buf.subarray(start, end) : buf;
+  if (buf.length !== end - start) throw new Error(`${url}: asked for ${end - start} bytes at ${start}, got ${buf.length}`);
+  return buf;
 }
 
 /** The `io` object the engine reads weights through: a URL (cached pieces) or a File/Blob. */
@@ -43,16 +48,19 @@ function makeIo(model, useCache) {
       range: async (_u, start, end) => new Uint8Array(await model.slice(start, end).arrayBuffer()),
     };
   }
-  const sizes = new Map();
+  const sizes = new Map(), versions = new Map();
   const cache = useCache && globalThis.caches ? caches.open(CACHE) : null;
-  const pieceKey = (url, i) => `https://tildeopen.invalid/${encodeURIComponent(url)}/${i}`;
+  const pieceKey = (url, i) => `https://tildeopen.invalid/${encodeURIComponent(url)}/${encodeURIComponent(versions.get(url) ?? "")}/${i}`;
   async function piece(url, i) {
     const size = sizes.get(url);
     const start = i * PIECE, end = Math.min(size, start + PIECE);
     const c = cache && (await cache);
     if (c) {
       const hit = await c.match(pieceKey(url, i));
-      if (hit) return new Uint8Array(await hit.arrayBuffer());
+      if (hit) {
+        const b = new Uint8Array(await hit.arrayBuffer());
+        if (b.length === end - start) return b;
+      }
     }
     const bytes = await httpRange(url, start, end);
     if (c) await c.put(pieceKey(url, i), new Response(bytes)).catch(() => {});
@@ -63,8 +71,11 @@ function makeIo(model, useCache) {
       if (sizes.has(url)) return sizes.get(url);
       const r = await fetch(url, { method: "HEAD" });
       if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
-      const size = Number(r.headers.get("Content-Length"));
-      if (!size && size !== 0) throw new Error(`${url}: no Content-Length`);
+      const len = r.headers.get("Content-Length");
+      const size = len === null ? NaN : Number(len);
+      if (!Number.isFinite(size)) throw new Error(`${url}: no Content-Length`);
+      // Cached pieces belong to this version of the file.
+      versions.set(url, `${size}-${r.headers.get("ETag") ?? r.headers.get("Last-Modified") ?? ""}`);
       sizes.set(url, size);
       return size;
     },
@@ -122,22 +133,33 @@ export async function createEngineInThread(opts) {
     return r;
   };
 
+  // The engine holds one stream; each JS stream has a token and only the active one may use it.
+  let active = 0, nextToken = 1;
+  const superseded = () => new Error(JSON.stringify({ error: { message: "another request started on this engine before this stream finished", type: "invalid_request_error", code: "superseded" } }));
+
   function streamOf(req, signal) {
+    const token = nextToken++;
     let started = false, done = false;
-    const finish = () => { if (!done) { done = true; wasm.cancel(); } };
+    const finish = () => {
+      if (done) return Promise.resolve();
+      done = true;
+      return serial(async () => { if (active === token) { wasm.cancel(); active = 0; } });
+    };
     return {
       [Symbol.asyncIterator]() { return this; },
       async next() {
         if (done) return { done: true, value: undefined };
-        if (signal?.aborted) { finish(); return { done: true, value: undefined }; }
+        if (signal?.aborted) { await finish(); return { done: true, value: undefined }; }
         return serial(async () => {
-          if (!started) { started = true; await wasm.start_stream(req); }
+          if (done) return { done: true, value: undefined };
+          if (!started) { started = true; active = token; await wasm.start_stream(req); }
+          else if (active !== token) { done = true; throw superseded(); }
           const chunk = await wasm.next_chunk();
-          if (chunk === undefined) { done = true; return { done: true, value: undefined }; }
+          if (chunk === undefined) { done = true; active = 0; return { done: true, value: undefined }; }
           return { done: false, value: chunk };
         });
       },
-      async return() { finish(); return { done: true, value: undefined }; },
+      async return() { await finish(); return { done: true, value: undefined }; },
     };
   }
 
@@ -157,7 +179,8 @@ export async function createEngineInThread(opts) {
         return: () => it.return(),
       };
     }
-    return serial(() => wasm.complete(req));
+    if (signal?.aborted) throw new DOMException("aborted", "AbortError");
+    return serial(() => { active = 0; return wasm.complete(req); });
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));

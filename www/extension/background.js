@@ -20,7 +20,9 @@ async function getEngine(onProgress) {
   if (engine && engineUrl === modelUrl) return engine;
   if (!loading) {
     loading = (async () => {
-      if (engine) await engine.unload();
+      const old = engine;
+      engine = engineUrl = null;
+      await old?.unload();
       engine = await createEngineInThread({ model: modelUrl, worker: false, onProgress });
       engineUrl = modelUrl;
       return engine;
@@ -66,6 +68,12 @@ chrome.runtime.onConnect.addListener((port) => {
       }
     });
   });
+});
+
+chrome.runtime.onMessage.addListener((m, _sender, reply) => {
+  if (m?.type !== "settings") return false;
+  getSettings().then(reply);
+  return true; // async reply
 });
 
 chrome.runtime.onInstalled.addListener(() => {

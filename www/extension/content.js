@@ -71,7 +71,18 @@
   function connect() {
     port = chrome.runtime.connect({ name: "translate" });
     port.onMessage.addListener(onMessage);
-    port.onDisconnect.addListener(() => { port = null; running = false; });
+    // The service worker restarted or the extension reloaded: put the block in flight back
+    // (original text, front of the queue) and carry on with a new port.
+    port.onDisconnect.addListener(() => {
+      port = null;
+      if (current) {
+        writing = true; current.nodes.forEach((n) => (n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n))); writing = false;
+        queue.unshift({ el: current.el, nodes: current.nodes });
+        current = null;
+      }
+      running = false;
+      setTimeout(pump, 500);
+    });
   }
 
   let current = null;
@@ -98,6 +109,7 @@
 
   let nextId = 1;
   function pump() {
+    if (showing !== "translation") return;
     if (running || !queue.length) {
       if (!running && !queue.length && stats.blocks) document.documentElement.setAttribute("data-tildeopen", showing === "translation" ? "translated" : "original");
       return;
@@ -107,7 +119,7 @@
     if (!port) connect();
     running = true;
     document.documentElement.setAttribute("data-tildeopen", "translating");
-    current = { id: nextId++, nodes: b.nodes, text: "" };
+    current = { id: nextId++, el: b.el, nodes: b.nodes, text: "" };
     const text = b.nodes.map((n) => original.get(n)).join("").replace(/\s+/g, " ").trim();
     port.postMessage({ type: "block", id: current.id, text, target: stats.target });
   }
@@ -133,8 +145,7 @@
   }
 
   function showOriginal() {
-    showing = "original";
-    queue = [];
+    showing = "original"; // the queue waits (pump() sends nothing) until "translate" again
     writing = true;
     for (const [n, o] of original) n.data = o;
     writing = false;
@@ -181,7 +192,9 @@
     p.postMessage({ type: "block", id: 0, text });
   }
 
-  chrome.storage.local.get(["autoTranslate", "target"]).then((s) => {
-    if (s.autoTranslate) translatePage(s.target);
-  });
+  // Settings come from the service worker (it merges the baked-in defaults; reading storage
+  // here could race its first start).
+  chrome.runtime.sendMessage({ type: "settings" }).then((s) => {
+    if (s?.autoTranslate) translatePage(s.target);
+  }).catch(() => {});
 })();
