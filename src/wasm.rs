@@ -154,10 +154,7 @@ impl TensorSource for RemoteHf<'_> {
 }
 
 async fn fetch_text(io: &Io, url: &str) -> Result<String> {
-    let n = io.size(url).await?;
-    let mut buf = Vec::new();
-    io.range(url, 0, n, &mut buf).await?;
-    String::from_utf8(buf).map_err(|_| Error::corrupt(url, "not UTF-8"))
+    String::from_utf8(fetch_bytes(io, url).await?).map_err(|_| Error::corrupt(url, "not UTF-8"))
 }
 
 async fn fetch_bytes(io: &Io, url: &str) -> Result<Vec<u8>> {

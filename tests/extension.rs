@@ -4,83 +4,32 @@
 //! text added after load is translated too, and "show original" restores the page exactly.
 
 mod common;
-use common::fixtures;
-use std::io::BufRead;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod browser;
+use browser::{repo, WebRoot};
+use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn extension_translates_a_page_and_restores_it() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    assert!(repo.join("www/pkg/tildeopen_bg.wasm").exists(), "www/pkg is missing: run scripts/build-web");
-    let root = std::env::temp_dir().join(format!("tildeopen-ext-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    std::os::unix::fs::symlink(&repo, root.join("repo")).unwrap();
-    std::os::unix::fs::symlink(fixtures().canonicalize().unwrap(), root.join("fixtures")).unwrap();
-    let results = root.join("results.jsonl");
-    let mut server = Command::new("python3")
-        .args([repo.join("scripts/web-serve.py").to_str().unwrap(), "--root", root.to_str().unwrap(), "--port", "0", "--results", results.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let _server = Kill(server);
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let web = WebRoot::new("tildeopen-ext", &[]);
+    let (root, base) = (&web.root, &web.base);
 
     // The extension with the tiny model, automatic translation and short answers baked in.
     let ext = root.join("extension");
     let model = format!("{base}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf");
-    let st = Command::new(repo.join("scripts/build-extension"))
+    let st = Command::new(repo().join("scripts/build-extension"))
         .args(["--out", ext.to_str().unwrap(), "--model", &model, "--auto", "--max-tokens", "4"])
         .status()
         .unwrap();
     assert!(st.success());
     assert!(root.join("tildeopen-extension.zip").exists());
 
-    let chrome = Command::new("chromium")
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu-sandbox",
-            "--disable-dev-shm-usage",
-            "--enable-unsafe-webgpu",
-            "--enable-features=Vulkan",
-            "--use-angle=swiftshader",
-            "--use-vulkan=swiftshader",
-            "--use-webgpu-adapter=swiftshader",
-            &format!("--user-data-dir={}", root.join("profile").display()),
-            &format!("--load-extension={}", ext.display()),
-            &format!("--disable-extensions-except={}", ext.display()),
-            &format!("{base}/repo/tests/web/article.html"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _chrome = Kill(chrome);
-    let t0 = Instant::now();
-    let text = loop {
-        if let Ok(t) = std::fs::read_to_string(&results) {
-            if t.ends_with('\n') {
-                break t;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(400), "the page never reported (extension not translating?)");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let _ = std::fs::remove_dir_all(&root);
-    let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let v = web.open(
+        &format!("{base}/repo/tests/web/article.html"),
+        &[format!("--load-extension={}", ext.display()), format!("--disable-extensions-except={}", ext.display())],
+        Duration::from_secs(400),
+        "the page never reported (extension not translating?)",
+    );
     println!("before: {}\nafter: {}", v["textsBefore"], v["textsAfter"]);
     let (b, a) = (&v["textsBefore"], &v["textsAfter"]);
     // Every visible text block changed.

@@ -5,25 +5,14 @@
 
 mod common;
 use common::fixtures;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod browser;
+use browser::WebRoot;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Serves a temporary root holding `repo/`, `shared/` and `extra` files (symlinks), opens
-/// tests/web/chat.html with `params` in Chromium and returns what the page posted.
+/// Opens tests/web/chat.html with `params` (served with `extra` files) and returns what the page
+/// posted.
 fn run_page(params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration) -> serde_json::Value {
     run_page_with("/repo/tests/web/chat.html", params, extra, timeout)
 }
@@ -33,64 +22,13 @@ fn run_page_at(page: &str, params: &[(&str, &str)], timeout: Duration) -> serde_
 }
 
 fn run_page_with(page: &str, params: &[(&str, &str)], extra: &[(&str, &Path)], timeout: Duration) -> serde_json::Value {
-    assert!(repo().join("www/pkg/tildeopen_bg.wasm").exists(), "www/pkg is missing: run scripts/build-web");
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let root = std::env::temp_dir().join(format!("tildeopen-web-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).unwrap();
-    std::os::unix::fs::symlink(repo(), root.join("repo")).unwrap();
-    std::os::unix::fs::symlink(fixtures().canonicalize().unwrap(), root.join("fixtures")).unwrap();
-    for (name, target) in extra {
-        std::os::unix::fs::symlink(target.canonicalize().unwrap(), root.join(name)).unwrap();
-    }
-    let results = root.join("results.jsonl");
-    let mut server = Command::new("python3")
-        .args([repo().join("scripts/web-serve.py").to_str().unwrap(), "--root", root.to_str().unwrap(), "--port", "0", "--results", results.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let _server = Kill(server);
-    let base = line.trim().rsplit(' ').next().unwrap().to_string();
+    let web = WebRoot::new("tildeopen-web", extra);
     let mut query: Vec<String> = vec![format!("api={}", "/repo/www/tildeopen.js")];
     for (k, v) in params {
         query.push(format!("{k}={}", urlencode(v)));
     }
-    let url = format!("{base}{page}?{}", query.join("&"));
-    let profile = root.join("profile");
-    let chrome = Command::new("chromium")
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu-sandbox",
-            "--disable-dev-shm-usage",
-            "--enable-unsafe-webgpu",
-            "--enable-features=Vulkan",
-            "--use-angle=swiftshader",
-            "--use-vulkan=swiftshader",
-            "--use-webgpu-adapter=swiftshader",
-            &format!("--user-data-dir={}", profile.display()),
-            &url,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium (Debian's `chromium` package) is needed for the web tests");
-    let _chrome = Kill(chrome);
-    let t0 = Instant::now();
-    let text = loop {
-        if let Ok(t) = std::fs::read_to_string(&results) {
-            if t.ends_with('\n') {
-                break t;
-            }
-        }
-        assert!(t0.elapsed() < timeout, "the page posted nothing within {timeout:?}: {url}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    drop(_chrome);
-    let _ = std::fs::remove_dir_all(&root);
-    let v: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let url = format!("{}{page}?{}", web.base, query.join("&"));
+    let v = web.open(&url, &[], timeout, "the page posted nothing");
     assert!(v.get("failure").is_none(), "page failed: {}", v["failure"]);
     v
 }
