@@ -1,5 +1,7 @@
 // Causal attention over the KV cache for one (token, query head) per workgroup, any GQA ratio
-// and head_dim <= 256. Keys are visited in tiles of 64 with an online softmax (running max and
+// and head_dim <= 256. Token t attends to the rows of its own sequence: cache rows SEQ[t].y ..
+// SEQ[t].y + SEQ[t].x (its first row, its position), so one pass can serve several sequences.
+// Keys are visited in tiles of 64 with an online softmax (running max and
 // sum), so the context length is bounded only by the cache. All math in f32.
 
 struct AttnParams {
@@ -12,8 +14,9 @@ struct AttnParams {
 @group(0) @binding(1) var<storage, read> KC: array<u32>;
 @group(0) @binding(2) var<storage, read> VC: array<u32>;
 @group(0) @binding(3) var<storage, read_write> OUT: array<f32>;
-@group(0) @binding(4) var<uniform> p: AttnParams;
-@group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(4) var<storage, read> SEQ: array<vec2<u32>>; // per token: (position, first cache row)
+@group(0) @binding(5) var<uniform> p: AttnParams;
+@group(0) @binding(6) var<uniform> step: Step;
 
 override KV_F16: bool = true;
 
@@ -50,7 +53,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         qs[d] = Q[qbase + d] * p.scale;
     }
     workgroupBarrier();
-    let qpos = step.pos0 + t;
+    let qpos = SEQ[t].x;
+    let first = SEQ[t].y;
     var m = -3.0e38;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -58,7 +62,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         let j = j0 + lid;
         var s = -3.0e38;
         if (j <= qpos) {
-            let kb = j * kv_dim + kvh * hd;
+            let kb = (first + j) * kv_dim + kvh * hd;
             var dotv = 0.0;
             for (var d = 0u; d < hd; d++) {
                 dotv = fma(qs[d], kval(kb + d), dotv);
@@ -97,7 +101,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (d < hd) {
                 var a = acc[c] * corr;
                 for (var i = 0u; i < n; i++) {
-                    a = fma(ps[i], vval((j0 + i) * kv_dim + kvh * hd + d), a);
+                    a = fma(ps[i], vval((first + j0 + i) * kv_dim + kvh * hd + d), a);
                 }
                 acc[c] = a;
             }

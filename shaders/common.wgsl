@@ -2,10 +2,10 @@
 
 // What changes per forward pass: written once per step by the engine.
 struct Step {
-    t: u32,    // tokens in this pass (or logit rows, for the output head)
-    pos0: u32, // position of the first one
+    t: u32, // tokens in this pass (or logit rows, for the output head)
     _a: u32,
     _b: u32,
+    _c: u32,
 }
 
 // A weight matrix chunk (matvec, matmul, embedding).

@@ -1,5 +1,6 @@
-// Appends this step's K and V rows to the layer's cache at positions pos0 + t. The cache is
-// u32 words: f16 pairs packed with pack2x16float (KV_F16) or f32 bit patterns.
+// Appends this step's K and V rows to the layer's cache: token t goes to row SEQ[t].y + SEQ[t].x
+// (its sequence's first cache row plus its position), so one pass can extend several sequences.
+// The cache is u32 words: f16 pairs packed with pack2x16float (KV_F16) or f32 bit patterns.
 
 struct KvParams {
     kv_dim: u32,
@@ -8,8 +9,9 @@ struct KvParams {
 @group(0) @binding(1) var<storage, read> V: array<vec2<f32>>;
 @group(0) @binding(2) var<storage, read_write> KC: array<u32>;
 @group(0) @binding(3) var<storage, read_write> VC: array<u32>;
-@group(0) @binding(4) var<uniform> p: KvParams;
-@group(0) @binding(5) var<uniform> step: Step;
+@group(0) @binding(4) var<storage, read> SEQ: array<vec2<u32>>; // per token: (position, first cache row)
+@group(0) @binding(5) var<uniform> p: KvParams;
+@group(0) @binding(6) var<uniform> step: Step;
 
 override KV_F16: bool = true;
 
@@ -22,7 +24,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let src = t * pairs + j;
-    let dst = (step.pos0 + t) * pairs + j;
+    let s = SEQ[t];
+    let dst = (s.y + s.x) * pairs + j;
     let k = K[src];
     let v = V[src];
     if (KV_F16) {

@@ -3,11 +3,13 @@
 //! `JoinSource = Input` each output line is the request with the response under
 //! `"SageMakerOutput"`. A line that is not a valid request gets an error object in its place.
 //! Each output line is written whole with one append, so a rerun after a crash resumes after the
-//! last complete line.
+//! last complete line. Requests run several at a time (the engine's parallel slots), their
+//! decode steps batched on the GPU.
 
 use crate::api::{ApiError, ChatRequest};
-use crate::chat::ChatEngine;
+use crate::chat::{ChatEngine, Output, RequestId};
 use crate::error::{Error, Result};
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -51,7 +53,9 @@ fn complete_lines(out: &Path) -> Result<usize> {
     Ok(bytes[..keep].iter().filter(|&&b| b == b'\n').count())
 }
 
-/// Runs every request line of `input` through `eng`. `progress(done, total)` after each line.
+/// Runs every request line of `input` through `eng`, as many at once as it has parallel slots
+/// (their decode steps share each forward pass); output lines are written in input order as soon
+/// as every earlier line is done. `progress(done, total)` after each written line.
 pub fn run(
     eng: &mut ChatEngine,
     input: &Path,
@@ -69,31 +73,61 @@ pub fn run(
     let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&out_path).map_err(io(&out_path))?;
     let mut s = BatchSummary { lines: lines.len(), resumed, output: out_path.clone(), ..Default::default() };
     let t0 = std::time::Instant::now();
-    for (i, line) in lines.iter().enumerate().skip(resumed) {
-        let original: Option<serde_json::Value> = serde_json::from_str::<serde_json::Value>(line).ok().filter(|v| v.is_object());
-        let result: std::result::Result<serde_json::Value, ApiError> = ChatRequest::from_json(line).and_then(|req| {
-            let req = ChatRequest { stream: Some(false), ..req };
-            let c = pollster::block_on(eng.complete(&req))?;
-            s.prompt_tokens += c.usage.prompt_tokens;
-            s.completion_tokens += c.usage.completion_tokens;
-            Ok(serde_json::to_value(&c).unwrap())
-        });
-        let response = result.unwrap_or_else(|e| {
-            s.errors += 1;
-            e.body()
-        });
-        let record = match (join_input, original) {
-            (true, Some(serde_json::Value::Object(mut o))) => {
-                o.insert("SageMakerOutput".into(), response);
-                serde_json::Value::Object(o)
+    let (mut next_submit, mut next_write) = (resumed, resumed);
+    let mut in_flight: HashMap<RequestId, usize> = HashMap::new();
+    let mut done: BTreeMap<usize, std::result::Result<serde_json::Value, ApiError>> = BTreeMap::new();
+    while next_write < lines.len() {
+        while next_submit < lines.len() && eng.has_free_slot() {
+            let submitted = ChatRequest::from_json(lines[next_submit]).and_then(|req| eng.submit(&ChatRequest { stream: Some(false), ..req }, false));
+            match submitted {
+                Ok(id) => {
+                    in_flight.insert(id, next_submit);
+                }
+                Err(e) => {
+                    done.insert(next_submit, Err(e));
+                }
             }
-            _ => response,
-        };
-        let mut bytes = serde_json::to_vec(&record).unwrap();
-        bytes.push(b'\n');
-        out.write_all(&bytes).map_err(io(&out_path))?;
-        out.flush().map_err(io(&out_path))?;
-        progress(i + 1, lines.len());
+            next_submit += 1;
+        }
+        while let Some(result) = done.remove(&next_write) {
+            let original: Option<serde_json::Value> = serde_json::from_str::<serde_json::Value>(lines[next_write]).ok().filter(|v| v.is_object());
+            let response = result.unwrap_or_else(|e| {
+                s.errors += 1;
+                e.body()
+            });
+            let record = match (join_input, original) {
+                (true, Some(serde_json::Value::Object(mut o))) => {
+                    o.insert("SageMakerOutput".into(), response);
+                    serde_json::Value::Object(o)
+                }
+                _ => response,
+            };
+            let mut bytes = serde_json::to_vec(&record).unwrap();
+            bytes.push(b'\n');
+            out.write_all(&bytes).map_err(io(&out_path))?;
+            out.flush().map_err(io(&out_path))?;
+            next_write += 1;
+            progress(next_write, lines.len());
+        }
+        if in_flight.is_empty() {
+            continue; // the lines just taken were all errors (written above) or all are done
+        }
+        for ev in pollster::block_on(eng.step()) {
+            let Some(line) = in_flight.remove(&ev.id) else { continue };
+            let result = match ev.output {
+                Output::Completion(c) => {
+                    s.prompt_tokens += c.usage.prompt_tokens;
+                    s.completion_tokens += c.usage.completion_tokens;
+                    Ok(serde_json::to_value(&c).unwrap())
+                }
+                Output::Error(e) => Err(e),
+                Output::Chunk(_) => {
+                    in_flight.insert(ev.id, line);
+                    continue;
+                }
+            };
+            done.insert(line, result);
+        }
     }
     s.seconds = t0.elapsed().as_secs_f64();
     Ok(s)

@@ -1,8 +1,13 @@
 //! Chat completions on a model: template, tokens, prefix-cached KV, sampling, stopping, and the
 //! response objects, whole ([`ChatEngine::complete`]) or streamed ([`ChatEngine::stream`]).
+//!
+//! Several requests can be in flight at once (continuous batching): [`ChatEngine::submit`] takes
+//! a request into a free sequence slot, and every [`ChatEngine::step`] runs one forward pass
+//! that carries the next token of every decoding request plus prompt chunks of requests still
+//! prefilling, then hands out the chunks and completions that became ready.
 
 use crate::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
-use crate::engine::{Session, SessionOptions};
+use crate::engine::{Piece, Session, SessionOptions};
 use crate::error::Result;
 use crate::model::Model;
 use crate::sampling::Sampler;
@@ -10,6 +15,8 @@ use crate::tasks::OutputFilter;
 use crate::template::ChatTemplate;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use futures_util::Stream;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 /// The largest context a request may use (the response format's limit).
 pub const MAX_CONTEXT: usize = 65_536;
@@ -22,28 +29,78 @@ pub struct ChatOptions {
     pub ctx_size: Option<usize>,
     /// f16 KV cache (default) or f32.
     pub kv_f16: bool,
-    /// Largest prefill batch.
+    /// Most tokens in one forward pass (prompt chunks and decode steps together).
     pub max_batch: usize,
+    /// Requests answered at once, each with its own `ctx_size` tokens of KV cache.
+    pub parallel: usize,
     /// The `model` field of responses.
     pub model_name: String,
 }
 
 impl Default for ChatOptions {
     fn default() -> Self {
-        ChatOptions { ctx_size: None, kv_f16: true, max_batch: 256, model_name: "tildeopen".into() }
+        ChatOptions { ctx_size: None, kv_f16: true, max_batch: 256, parallel: 1, model_name: "tildeopen".into() }
     }
 }
 
-/// A model ready to answer chat requests: tokenizer, template and one session whose KV cache is
-/// reused across requests that share a prefix (a chat's earlier turns).
+/// A request in flight (see [`ChatEngine::submit`]).
+pub type RequestId = u64;
+
+/// What a request produced: a stream's chunk, a whole completion, or its error.
+#[derive(Debug, Clone)]
+pub enum Output {
+    Chunk(ChatCompletionChunk),
+    Completion(ChatCompletion),
+    Error(ApiError),
+}
+
+/// One output of one request; `last` marks the request's final output (it has left the engine).
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: RequestId,
+    pub output: Output,
+    pub last: bool,
+}
+
+/// A span of the KV cache that one request at a time uses; what it holds stays for the next
+/// request with the same prefix (a chat's earlier turns).
+struct Slot {
+    /// The tokens whose keys and values are in this slot's cache.
+    cached: Vec<u32>,
+    busy: bool,
+    /// When it was last given out (least recently used slots are reused first).
+    used: u64,
+}
+
+/// A request being answered.
+struct Active {
+    id: RequestId,
+    slot: usize,
+    g: Generation,
+    stream: bool,
+    /// Prompt tokens not yet in the cache.
+    to_feed: Vec<u32>,
+    /// The answer so far (whole completions only).
+    content: String,
+}
+
+/// A model ready to answer chat requests: tokenizer, template and one session with a KV-cache
+/// slot per parallel request.
 pub struct ChatEngine {
     tokenizer: Tokenizer,
     template: ChatTemplate,
     session: Session,
     name: String,
-    /// The tokens whose keys and values are in the session's cache.
-    cached: Vec<u32>,
     stop_ids: Vec<u32>,
+    slots: Vec<Slot>,
+    /// In arrival order.
+    active: Vec<Active>,
+    /// Outputs not handed out yet.
+    outbox: VecDeque<Event>,
+    next_id: RequestId,
+    clock: u64,
+    /// Requests whose owner (a dropped [`ChatStream`] or completion future) went away.
+    abandoned: Arc<Mutex<Vec<RequestId>>>,
 }
 
 /// Holds back text that may be the start of a stop string.
@@ -103,19 +160,37 @@ struct Generation {
 impl ChatEngine {
     /// A chat engine on `model` (a cheap handle is kept) with its tokenizer.
     pub fn new(model: &Model, tokenizer: Tokenizer, opts: ChatOptions) -> Result<Self> {
-        // Default: the model's context, capped at MAX_CONTEXT and at what one KV buffer holds.
+        let parallel = opts.parallel.max(1);
+        // Default: the model's context, capped at MAX_CONTEXT and at what one KV buffer holds
+        // for all slots.
         let per_token = model.cfg.kv_dim() * if opts.kv_f16 { 2 } else { 4 };
-        let fits = (model.gpu.max_binding.saturating_sub(4) as usize / per_token.max(1)).max(2);
+        let fits = (model.gpu.max_binding.saturating_sub(4) as usize / per_token.max(1) / parallel).max(2);
         let cap = model.cfg.max_position_embeddings.clamp(2, MAX_CONTEXT).min(fits);
         let ctx = opts.ctx_size.unwrap_or(cap).clamp(2, MAX_CONTEXT);
-        let session = Session::new(model, SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch })?;
+        let session = Session::new(
+            model,
+            SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch, sequences: parallel },
+        )?;
         let template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let mut stop_ids = tokenizer.eog.clone();
         stop_ids.extend(&template.stop_ids);
         if stop_ids.is_empty() {
             log::warn!("the tokenizer names no end-of-generation token: answers end only at max_tokens or stop strings");
         }
-        Ok(ChatEngine { tokenizer, template, session, name: opts.model_name, cached: Vec::new(), stop_ids })
+        let slots = (0..parallel).map(|_| Slot { cached: Vec::new(), busy: false, used: 0 }).collect();
+        Ok(ChatEngine {
+            tokenizer,
+            template,
+            session,
+            name: opts.model_name,
+            stop_ids,
+            slots,
+            active: Vec::new(),
+            outbox: VecDeque::new(),
+            next_id: 1,
+            clock: 0,
+            abandoned: Arc::default(),
+        })
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -126,9 +201,25 @@ impl ChatEngine {
         &self.template
     }
 
-    /// The context window in tokens.
+    /// The context window in tokens (of each parallel request).
     pub fn context_size(&self) -> usize {
         self.session.ctx_size()
+    }
+
+    /// How many requests can be answered at once.
+    pub fn parallel(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Whether [`ChatEngine::submit`] would find a free slot.
+    pub fn has_free_slot(&mut self) -> bool {
+        self.reap();
+        self.slots.iter().any(|s| !s.busy)
     }
 
     /// The model name responses carry.
@@ -154,9 +245,13 @@ impl ChatEngine {
         Ok(ids)
     }
 
-    /// Validates, renders and prefills a request; the KV cache keeps the longest prefix shared
-    /// with the previous request.
-    async fn start(&mut self, req: &ChatRequest) -> std::result::Result<Generation, ApiError> {
+    /// Takes a request in: validates and tokenizes it and gives it a free slot (the one whose
+    /// cache shares the longest prefix with the prompt, else the least recently used). No GPU
+    /// work happens until [`ChatEngine::step`]. A streamed request's first chunk (the role) is
+    /// ready at once. Errors: the request's own (invalid, over the context), or 503 `busy` when
+    /// every slot is taken.
+    pub fn submit(&mut self, req: &ChatRequest, stream: bool) -> std::result::Result<RequestId, ApiError> {
+        self.reap();
         req.validate()?;
         let prompt = self.prompt_tokens(req)?;
         let ctx = self.context_size();
@@ -166,21 +261,32 @@ impl ChatEngine {
         if prompt.len() >= ctx {
             return Err(ApiError::context_length(prompt.len(), ctx));
         }
-        let mut common = self.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        let common_with = |s: &Slot| s.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        let Some(slot) = (0..self.slots.len())
+            .filter(|&i| !self.slots[i].busy)
+            .max_by_key(|&i| (common_with(&self.slots[i]), std::cmp::Reverse(self.slots[i].used)))
+        else {
+            return Err(ApiError {
+                status: 503,
+                message: format!("all {} parallel slots are busy; retry later", self.slots.len()),
+                kind: "server_error".into(),
+                param: None,
+                code: Some("busy".into()),
+            });
+        };
+        let mut common = common_with(&self.slots[slot]);
         if common == prompt.len() {
             common -= 1; // the last prompt token is fed again for its logits
         }
-        self.cached.truncate(common);
-        self.session.truncate(common);
-        if let Err(e) = self.session.feed(&prompt[common..]).await {
-            self.cached.clear();
-            self.session.reset();
-            return Err(e.into());
-        }
-        self.cached = prompt.clone();
+        self.clock += 1;
+        let s = &mut self.slots[slot];
+        s.cached.truncate(common);
+        s.busy = true;
+        s.used = self.clock;
+        self.session.truncate_seq(slot, common);
         let room = ctx - prompt.len();
         let max_new = req.max_tokens.map_or(room, |m| (m.min(usize::MAX as u64) as usize).min(room));
-        Ok(Generation {
+        let g = Generation {
             id: crate::util::completion_id(),
             created: crate::util::unix_time(),
             model: self.name.clone(),
@@ -194,55 +300,180 @@ impl ChatEngine {
             pending: None,
             finished: None,
             include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
-        })
-    }
-
-    /// Generates one token; returns the text that became final (maybe empty). Sets
-    /// `g.finished` at the end.
-    async fn step(&mut self, g: &mut Generation) -> Result<String> {
-        if let Some(t) = g.pending.take() {
-            self.session.feed(&[t]).await?;
-            self.cached.push(t);
-        }
-        let t = if g.sampler.needs_logits() {
-            let mut logits = self.session.last_logits().await?;
-            g.sampler.sample(&mut logits)
-        } else {
-            self.session.last_argmax().await?
         };
-        g.produced += 1;
-        g.sampler.accept(t);
-        let mut out = String::new();
-        if self.stop_ids.contains(&t) {
-            g.finished = Some(FinishReason::Stop);
-        } else {
-            let text = g.decoder.push(&self.tokenizer, t)?;
-            let (text, hit) = g.stop.push(&text);
-            out += &g.filter.push(&text);
-            if hit {
-                g.finished = Some(FinishReason::Stop);
-                out += &g.filter.finish();
-                return Ok(out);
-            }
-            if g.produced >= g.max_new {
-                g.finished = Some(FinishReason::Length);
-            } else {
-                g.pending = Some(t);
-            }
+        let id = self.next_id;
+        self.next_id += 1;
+        if stream {
+            let role = Delta { role: Some("assistant".into()), content: Some(String::new()) };
+            self.outbox.push_back(Event { id, output: Output::Chunk(chunk(&g, role, None)), last: false });
         }
-        if g.finished.is_some() {
-            let tail = g.decoder.finish(&self.tokenizer)?;
-            let (tail, _) = g.stop.push(&tail);
-            out += &g.filter.push(&tail);
-            let rest = g.stop.finish();
-            out += &g.filter.push(&rest);
-            out += &g.filter.finish();
-        }
-        Ok(out)
+        self.active.push(Active { id, slot, g, stream, to_feed: prompt[common..].to_vec(), content: String::new() });
+        Ok(id)
     }
 
-    fn usage(g: &Generation) -> Usage {
-        Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.produced as u64, total_tokens: (g.prompt_tokens + g.produced) as u64 }
+    /// Stops answering a request (a client that went away); its slot is free again. Outputs
+    /// already made for it are dropped.
+    pub fn cancel(&mut self, id: RequestId) {
+        if let Some(i) = self.active.iter().position(|a| a.id == id) {
+            let a = self.active.remove(i);
+            self.slots[a.slot].busy = false;
+        }
+        self.outbox.retain(|e| e.id != id);
+    }
+
+    /// Cancels the requests whose owners were dropped.
+    fn reap(&mut self) {
+        let gone = std::mem::take(&mut *self.abandoned.lock().unwrap());
+        for id in gone {
+            self.cancel(id);
+        }
+    }
+
+    fn guard(&self, id: RequestId) -> Owner {
+        Owner { id, abandoned: self.abandoned.clone(), done: false }
+    }
+
+    /// The outputs ready without a forward pass (a streamed request's role chunk).
+    pub fn ready(&mut self) -> Vec<Event> {
+        self.outbox.drain(..).collect()
+    }
+
+    /// One forward pass over every request in flight: the pending token of each decoding
+    /// request, then prompt chunks of prefilling ones in arrival order, up to the session's
+    /// batch. Returns the outputs that became ready (also those from `submit`); empty when
+    /// nothing is in flight.
+    pub async fn step(&mut self) -> Vec<Event> {
+        self.reap();
+        if !self.active.is_empty() {
+            if let Err(e) = self.pass().await {
+                // A GPU fault: every request in flight fails and the caches are forgotten.
+                let err: ApiError = e.into();
+                for a in std::mem::take(&mut self.active) {
+                    self.outbox.push_back(Event { id: a.id, output: Output::Error(err.clone()), last: true });
+                }
+                for s in &mut self.slots {
+                    s.cached.clear();
+                    s.busy = false;
+                }
+                self.session.reset();
+            }
+        }
+        self.outbox.drain(..).collect()
+    }
+
+    async fn pass(&mut self) -> Result<()> {
+        let mut budget = self.session.max_batch();
+        let mut outs_left = self.session.max_outputs();
+        // (active index, tokens, wants logits)
+        let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        for (i, a) in self.active.iter().enumerate() {
+            if let Some(t) = a.g.pending {
+                if budget == 0 || outs_left == 0 {
+                    break;
+                }
+                plan.push((i, vec![t], true));
+                budget -= 1;
+                outs_left -= 1;
+            }
+        }
+        for (i, a) in self.active.iter().enumerate() {
+            if a.to_feed.is_empty() || budget == 0 {
+                continue;
+            }
+            let n = a.to_feed.len().min(budget);
+            let wants = n == a.to_feed.len();
+            if wants && outs_left == 0 {
+                continue;
+            }
+            plan.push((i, a.to_feed[..n].to_vec(), wants));
+            budget -= n;
+            outs_left -= wants as usize;
+        }
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let pieces: Vec<Piece> =
+            plan.iter().map(|(i, toks, wants)| Piece { seq: self.active[*i].slot, tokens: toks, logits: *wants }).collect();
+        let rows = self.session.forward(&pieces)?;
+        for (i, toks, _) in &plan {
+            let a = &mut self.active[*i];
+            if a.g.pending.take().is_none() {
+                a.to_feed.drain(..toks.len());
+            }
+            self.slots[a.slot].cached.extend(toks);
+        }
+        // Row r belongs to the r-th planned piece that wants logits.
+        let owners: Vec<usize> = plan.iter().filter(|p| p.2).map(|p| p.0).collect();
+        debug_assert_eq!(owners.len(), rows);
+        if rows == 0 {
+            return Ok(());
+        }
+        let argmax = self.session.output_argmax(rows).await?;
+        let need = owners.iter().rposition(|&i| self.active[i].g.sampler.needs_logits());
+        let mut logits = match need {
+            Some(last) => self.session.output_logits(last + 1).await?,
+            None => Vec::new(),
+        };
+        let mut finished = Vec::new();
+        for (r, &i) in owners.iter().enumerate() {
+            let t = match logits.get_mut(r) {
+                Some(l) if self.active[i].g.sampler.needs_logits() => self.active[i].g.sampler.sample(l),
+                _ => argmax[r],
+            };
+            let a = &mut self.active[i];
+            let text = accept(&self.tokenizer, &self.stop_ids, &mut a.g, t)?;
+            let (id, done) = (a.id, a.g.finished);
+            if a.stream {
+                if !text.is_empty() {
+                    let delta = Delta { role: None, content: Some(text) };
+                    self.outbox.push_back(Event { id, output: Output::Chunk(chunk(&a.g, delta, None)), last: false });
+                }
+                if let Some(reason) = done {
+                    self.outbox.push_back(Event { id, output: Output::Chunk(chunk(&a.g, Delta::default(), Some(reason))), last: true });
+                }
+            } else {
+                a.content += &text;
+                if let Some(reason) = done {
+                    let c = ChatCompletion {
+                        id: a.g.id.clone(),
+                        object: "chat.completion".into(),
+                        created: a.g.created,
+                        model: a.g.model.clone(),
+                        choices: vec![Choice { index: 0, message: Message::assistant(std::mem::take(&mut a.content)), finish_reason: reason }],
+                        usage: usage(&a.g),
+                    };
+                    self.outbox.push_back(Event { id, output: Output::Completion(c), last: true });
+                }
+            }
+            if done.is_some() {
+                finished.push(id);
+            }
+        }
+        for id in finished {
+            if let Some(i) = self.active.iter().position(|a| a.id == id) {
+                let a = self.active.remove(i);
+                self.slots[a.slot].busy = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps until request `id` has an output; outputs of other requests stay queued.
+    async fn next_output(&mut self, id: RequestId, keep_going: &mut impl FnMut() -> bool) -> Option<Event> {
+        loop {
+            if let Some(i) = self.outbox.iter().position(|e| e.id == id) {
+                return self.outbox.remove(i);
+            }
+            if !self.active.iter().any(|a| a.id == id) {
+                return None;
+            }
+            if !keep_going() {
+                self.cancel(id);
+                return Some(Event { id, output: Output::Error(cancelled()), last: true });
+            }
+            let events = self.step().await;
+            self.outbox.extend(events);
+        }
     }
 
     /// Answers a request with one `chat.completion` object.
@@ -257,22 +488,15 @@ impl ChatEngine {
         req: &ChatRequest,
         mut keep_going: impl FnMut() -> bool,
     ) -> std::result::Result<ChatCompletion, ApiError> {
-        let mut g = self.start(req).await?;
-        let mut content = String::new();
-        while g.finished.is_none() {
-            if !keep_going() {
-                return Err(cancelled());
-            }
-            content += &self.step(&mut g).await?;
-        }
-        Ok(ChatCompletion {
-            id: g.id.clone(),
-            object: "chat.completion".into(),
-            created: g.created,
-            model: g.model.clone(),
-            choices: vec![Choice { index: 0, message: Message::assistant(content), finish_reason: g.finished.unwrap() }],
-            usage: Self::usage(&g),
-        })
+        let id = self.submit(req, false)?;
+        let mut owner = self.guard(id);
+        let r = match self.next_output(id, &mut keep_going).await {
+            Some(Event { output: Output::Completion(c), .. }) => Ok(c),
+            Some(Event { output: Output::Error(e), .. }) => Err(e),
+            _ => Err(cancelled()),
+        };
+        owner.done = true;
+        r
     }
 
     /// Answers a request as a stream of `chat.completion.chunk` objects: the role first, then
@@ -291,9 +515,10 @@ impl ChatEngine {
 
     /// The same stream, step by step, for callers that cannot hold a borrowing stream (the
     /// wasm bindings): [`ChatEngine::start_stream`], then [`ChatEngine::next_chunk`] until `None`.
-    /// Dropping the [`ChatStream`] abandons the generation.
+    /// Dropping the [`ChatStream`] abandons the generation (its slot is freed).
     pub async fn start_stream(&mut self, req: &ChatRequest) -> std::result::Result<ChatStream, ApiError> {
-        Ok(ChatStream { g: self.start(req).await?, phase: 0 })
+        let id = self.submit(req, true)?;
+        Ok(ChatStream { owner: self.guard(id) })
     }
 
     /// The next chunk of a stream, `None` after the one with `finish_reason`.
@@ -309,42 +534,77 @@ impl ChatEngine {
         s: &mut ChatStream,
         mut keep_going: impl FnMut() -> bool,
     ) -> Option<std::result::Result<ChatCompletionChunk, ApiError>> {
-        let chunk = |g: &Generation, delta: Delta, finish: Option<FinishReason>| ChatCompletionChunk {
-            id: g.id.clone(),
-            object: "chat.completion.chunk".into(),
-            created: g.created,
-            model: g.model.clone(),
-            choices: vec![ChunkChoice { index: 0, delta, finish_reason: finish }],
-            usage: match (finish, g.include_usage) {
-                (Some(_), true) => Some(Self::usage(g)),
-                _ => None,
-            },
-        };
-        match s.phase {
-            0 => {
-                s.phase = 1;
-                Some(Ok(chunk(&s.g, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None)))
-            }
-            1 => loop {
-                if let Some(reason) = s.g.finished {
-                    s.phase = 2;
-                    return Some(Ok(chunk(&s.g, Delta::default(), Some(reason))));
-                }
-                if !keep_going() {
-                    s.phase = 2;
-                    return Some(Err(cancelled()));
-                }
-                match self.step(&mut s.g).await {
-                    Ok(text) if !text.is_empty() => return Some(Ok(chunk(&s.g, Delta { role: None, content: Some(text) }, None))),
-                    Ok(_) => continue,
-                    Err(e) => {
-                        s.phase = 2;
-                        return Some(Err(e.into()));
-                    }
-                }
-            },
-            _ => None,
+        if s.owner.done {
+            return None;
         }
+        let ev = self.next_output(s.owner.id, &mut keep_going).await;
+        match ev {
+            None => {
+                s.owner.done = true;
+                None
+            }
+            Some(ev) => {
+                s.owner.done = ev.last;
+                match ev.output {
+                    Output::Chunk(c) => Some(Ok(c)),
+                    Output::Error(e) => Some(Err(e)),
+                    Output::Completion(_) => None,
+                }
+            }
+        }
+    }
+}
+
+/// Takes sampled token `t` into a generation: stop ids, detokenizing, stop strings, output
+/// cleaning, limits. Returns the text that became final (maybe empty); sets `g.finished` at the
+/// end, else `g.pending` (the token to feed next).
+fn accept(tok: &Tokenizer, stop_ids: &[u32], g: &mut Generation, t: u32) -> Result<String> {
+    g.produced += 1;
+    g.sampler.accept(t);
+    let mut out = String::new();
+    if stop_ids.contains(&t) {
+        g.finished = Some(FinishReason::Stop);
+    } else {
+        let text = g.decoder.push(tok, t)?;
+        let (text, hit) = g.stop.push(&text);
+        out += &g.filter.push(&text);
+        if hit {
+            g.finished = Some(FinishReason::Stop);
+            out += &g.filter.finish();
+            return Ok(out);
+        }
+        if g.produced >= g.max_new {
+            g.finished = Some(FinishReason::Length);
+        } else {
+            g.pending = Some(t);
+        }
+    }
+    if g.finished.is_some() {
+        let tail = g.decoder.finish(tok)?;
+        let (tail, _) = g.stop.push(&tail);
+        out += &g.filter.push(&tail);
+        let rest = g.stop.finish();
+        out += &g.filter.push(&rest);
+        out += &g.filter.finish();
+    }
+    Ok(out)
+}
+
+fn usage(g: &Generation) -> Usage {
+    Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.produced as u64, total_tokens: (g.prompt_tokens + g.produced) as u64 }
+}
+
+fn chunk(g: &Generation, delta: Delta, finish: Option<FinishReason>) -> ChatCompletionChunk {
+    ChatCompletionChunk {
+        id: g.id.clone(),
+        object: "chat.completion.chunk".into(),
+        created: g.created,
+        model: g.model.clone(),
+        choices: vec![ChunkChoice { index: 0, delta, finish_reason: finish }],
+        usage: match (finish, g.include_usage) {
+            (Some(_), true) => Some(usage(g)),
+            _ => None,
+        },
     }
 }
 
@@ -352,11 +612,24 @@ fn cancelled() -> ApiError {
     ApiError { status: 499, message: "request cancelled".into(), kind: "cancelled".into(), param: None, code: None }
 }
 
+/// Marks its request abandoned when dropped before the request ended.
+struct Owner {
+    id: RequestId,
+    abandoned: Arc<Mutex<Vec<RequestId>>>,
+    done: bool,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if !self.done {
+            self.abandoned.lock().unwrap().push(self.id);
+        }
+    }
+}
+
 /// A streamed answer in progress (see [`ChatEngine::start_stream`]).
 pub struct ChatStream {
-    g: Generation,
-    /// 0 = role chunk next, 1 = content, 2 = done.
-    phase: u8,
+    owner: Owner,
 }
 
 #[cfg(test)]

@@ -278,12 +278,13 @@ impl ModelConfig {
     }
 }
 
-/// cos/sin rows for positions `pos0..pos0+n`, laid out `[n][head_dim/2]` as interleaved
+/// cos/sin rows for each of `positions`, laid out `[n][head_dim/2]` as interleaved
 /// (cos, sin) pairs, already multiplied by the attention factor. Computed on the CPU so the
 /// angle is rounded exactly as transformers rounds it (f32 product) whatever the GPU's sin is.
-pub fn rope_table(inv_freq: &[f32], attention_factor: f32, pos0: usize, n: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(n * inv_freq.len() * 2);
-    for p in pos0..pos0 + n {
+pub fn rope_table(inv_freq: &[f32], attention_factor: f32, positions: impl IntoIterator<Item = usize>) -> Vec<f32> {
+    let positions = positions.into_iter();
+    let mut out = Vec::with_capacity(positions.size_hint().0 * inv_freq.len() * 2);
+    for p in positions {
         let pf = p as f32;
         for &f in inv_freq {
             let angle = (f * pf) as f64;

@@ -1,10 +1,12 @@
 //! A generation session: KV cache, activation buffers and the recorded forward pass. Bind groups
-//! and pipelines are built once; each step writes a small uniform, the token ids and the rope
-//! table, then records the whole pass into one command buffer and submits it once.
+//! and pipelines are built once; each step writes a small uniform, the token ids, each token's
+//! (position, cache row) and the rope table, then records the whole pass into one command buffer
+//! and submits it once. A session holds one or more sequences (each its own span of the KV
+//! cache); one pass can extend several of them at once (continuous batching).
 
 use crate::config::rope_table;
 use crate::error::{Error, Result};
-use crate::gpu::kernels::{matvec_lanes, Kernel};
+use crate::gpu::kernels::{matvec_lanes, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;
 use crate::model::{GpuMatrix, Model};
 use std::cell::RefCell;
@@ -19,17 +21,19 @@ pub struct SessionOptions {
     pub kv_f16: bool,
     /// Largest number of tokens per forward pass (further capped by the binding limit).
     pub max_batch: usize,
+    /// Independent sequences, each with `ctx_size` tokens of KV cache.
+    pub sequences: usize,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { ctx_size: 4096, kv_f16: true, max_batch: 256 }
+        SessionOptions { ctx_size: 4096, kv_f16: true, max_batch: 256, sequences: 1 }
     }
 }
 
 #[derive(Clone, Copy)]
 enum Dispatch {
-    /// Matrix with `n` rows: matvec (`lanes` threads a row) for one token, tiled matmul for more.
+    /// Matrix with `n` rows: matvec (`lanes` threads a row) for a few tokens, tiled matmul for more.
     Mat { n: u32, lanes: u32 },
     Embed { k: u32 },
     PerToken,
@@ -61,7 +65,7 @@ fn split(wgs: u32) -> (u32, u32) {
 impl Op {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32) {
         let (pipe, (x, y)) = match self.dispatch {
-            Dispatch::Mat { n, lanes } if t == 1 => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes * 4))),
+            Dispatch::Mat { n, lanes } if t <= MATVEC_MAX_T => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes * 4))),
             Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
             Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
             Dispatch::PerToken => (&self.pipeline, (t, 1)),
@@ -125,7 +129,7 @@ impl<'g> Builder<'g> {
 }
 
 /// Runs one weight matrix on `t` input rows `x` (`t * cols` values) with the engine's kernels:
-/// the matvec for one row, the tiled matmul for more; or, with `embed`, looks up the rows whose
+/// the matvec for a few rows, the tiled matmul for more; or, with `embed`, looks up the rows whose
 /// ids are `x` (as integers). Returns `t * rows` (or `t * cols`) values. For tests and tools.
 pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: bool) -> Result<Vec<f32>> {
     let b = Builder::new(gpu);
@@ -155,17 +159,29 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     Ok(bytemuck::cast_slice(&bytes).to_vec())
 }
 
-/// One sequence's state on the GPU.
+/// Part of a batched forward pass: `tokens` appended to sequence `seq`; with `logits`, the
+/// logits after its last token are kept (output rows in piece order).
+#[derive(Debug, Clone, Copy)]
+pub struct Piece<'a> {
+    pub seq: usize,
+    pub tokens: &'a [u32],
+    pub logits: bool,
+}
+
+/// One or more sequences' state on the GPU.
 pub struct Session {
     /// A cheap handle (GPU buffers are reference-counted): the session owns no weights.
     model: Model,
     opts: SessionOptions,
-    pos: usize,
+    /// Tokens in the KV cache, per sequence.
+    pos: Vec<usize>,
     max_t: usize,
     max_out: usize,
     step: wgpu::Buffer,
     step_out: wgpu::Buffer,
     tokens: wgpu::Buffer,
+    /// Per token of a pass: (position, first cache row of its sequence).
+    seq: wgpu::Buffer,
     rope: wgpu::Buffer,
     xb: wgpu::Buffer,
     xout: wgpu::Buffer,
@@ -190,8 +206,11 @@ impl Session {
         if opts.ctx_size == 0 {
             return Err(Error::Input("context size must be at least 1".into()));
         }
+        if opts.sequences == 0 {
+            return Err(Error::Input("a session needs at least one sequence".into()));
+        }
         let widest = c.hidden_size.max(c.q_dim()).max(c.intermediate_size) as u64 * 4;
-        let max_t = (maxb / widest).min(opts.max_batch as u64).min(opts.ctx_size as u64) as usize;
+        let max_t = (maxb / widest).min(opts.max_batch as u64).min((opts.ctx_size * opts.sequences) as u64) as usize;
         let max_out = (maxb / (c.vocab_size as u64 * 4)).min(max_t as u64) as usize;
         if max_t == 0 || max_out == 0 {
             return Err(Error::Gpu(format!(
@@ -200,12 +219,17 @@ impl Session {
             )));
         }
         let kv_word = if opts.kv_f16 { 2 } else { 4 };
-        let kv_bytes = (opts.ctx_size * c.kv_dim() * kv_word) as u64;
+        let rows = opts.ctx_size * opts.sequences;
+        let kv_bytes = (rows * c.kv_dim() * kv_word) as u64;
         if kv_bytes > maxb {
             let fits = maxb / (c.kv_dim() * kv_word) as u64;
+            let what = if opts.sequences == 1 {
+                format!("a KV cache of {} tokens", opts.ctx_size)
+            } else {
+                format!("a KV cache of {} sequences x {} tokens", opts.sequences, opts.ctx_size)
+            };
             return Err(Error::Gpu(format!(
-                "a KV cache of {} tokens needs {kv_bytes}-byte buffers per layer, over the device's binding limit; use a context of at most {fits} tokens",
-                opts.ctx_size
+                "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
             )));
         }
         let f32b = |n: usize| (n * 4) as u64;
@@ -222,6 +246,7 @@ impl Session {
         let logits = gpu.storage("logits", f32b(max_out * c.vocab_size))?;
         let argmax = gpu.storage("argmax", (max_out * 4) as u64)?;
         let tokens = gpu.storage("tokens", (max_t * 4) as u64)?;
+        let seq = gpu.storage("seq", (max_t * 8) as u64)?;
         let rope = gpu.storage("rope", f32b(max_t * c.head_dim))?;
         let step = gpu.uniform("step", &[0; 16]);
         let step_out = gpu.uniform("step_out", &[0; 16]);
@@ -257,8 +282,8 @@ impl Session {
             let half = c.head_dim as u32 / 2;
             body.push(op(Kernel::Rope, &[&rope, &q, &rope_q, &step], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
             body.push(op(Kernel::Rope, &[&rope, &k, &rope_k, &step], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
-            body.push(op(Kernel::KvStore { f16 }, &[&k, &v, &kc, &vc, &kv_p, &step], Dispatch::Kv { pairs: kvd / 2 }));
-            body.push(op(Kernel::Attention { f16 }, &[&q, &kc, &vc, &att, &attn_p, &step], Dispatch::Attn { heads: c.num_heads as u32 }));
+            body.push(op(Kernel::KvStore { f16 }, &[&k, &v, &kc, &vc, &seq, &kv_p, &step], Dispatch::Kv { pairs: kvd / 2 }));
+            body.push(op(Kernel::Attention { f16 }, &[&q, &kc, &vc, &att, &seq, &attn_p, &step], Dispatch::Attn { heads: c.num_heads as u32 }));
             mat_ops(&mut body, &layer.wo, &att, &x, true, h, &step);
             body.push(op(Kernel::RmsNorm, &[&layer.ffn_norm, &x, &xb, &norm_p, &step], Dispatch::PerToken));
             mat_ops(&mut body, &layer.w_gate, &xb, &g, false, ffn, &step);
@@ -270,45 +295,90 @@ impl Session {
         mat_ops(&mut head, model.lm_head(), &xout, &logits, false, c.vocab_size as u32, &step_out);
         let am_p = param(u32s(&[c.vocab_size as u32]));
         head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
-        Ok(Session { model: model.clone(), opts, pos: 0, max_t, max_out, step, step_out, tokens, rope, xb, xout, logits, argmax, body, head, profile: None })
+        let pos = vec![0; opts.sequences];
+        Ok(Session { model: model.clone(), opts, pos, max_t, max_out, step, step_out, tokens, seq, rope, xb, xout, logits, argmax, body, head, profile: None })
     }
 
-    /// Tokens already in the KV cache.
+    /// Tokens already in the KV cache (of sequence 0).
     pub fn position(&self) -> usize {
-        self.pos
+        self.pos[0]
     }
 
+    /// Tokens already in the KV cache of sequence `seq`.
+    pub fn position_of(&self, seq: usize) -> usize {
+        self.pos[seq]
+    }
+
+    /// Tokens of context each sequence has.
     pub fn ctx_size(&self) -> usize {
         self.opts.ctx_size
     }
 
-    /// Forgets the sequence (the cache is overwritten from position 0).
+    /// Independent sequences in this session.
+    pub fn sequences(&self) -> usize {
+        self.opts.sequences
+    }
+
+    /// Forgets every sequence (their caches are overwritten from position 0).
     pub fn reset(&mut self) {
-        self.pos = 0;
+        self.pos.iter_mut().for_each(|p| *p = 0);
     }
 
-    /// Rolls the sequence back to `pos` tokens.
+    /// Rolls sequence 0 back to `pos` tokens.
     pub fn truncate(&mut self, pos: usize) {
-        self.pos = self.pos.min(pos);
+        self.truncate_seq(0, pos);
     }
 
-    fn check(&self, tokens: &[u32]) -> Result<()> {
+    /// Rolls sequence `seq` back to `pos` tokens.
+    pub fn truncate_seq(&mut self, seq: usize, pos: usize) {
+        self.pos[seq] = self.pos[seq].min(pos);
+    }
+
+    /// `tokens` can be appended to sequence `seq`: it exists, ids are in the vocabulary, they fit.
+    fn check_seq(&self, seq: usize, tokens: &[u32]) -> Result<()> {
         let vocab = self.model.cfg.vocab_size;
+        if seq >= self.opts.sequences {
+            return Err(Error::Input(format!("sequence {seq} does not exist (the session has {})", self.opts.sequences)));
+        }
+        if tokens.is_empty() {
+            return Err(Error::Input("no tokens to feed".into()));
+        }
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::Input(format!("token id {bad} is out of range (vocabulary of {vocab})")));
         }
-        if self.pos + tokens.len() > self.opts.ctx_size {
+        let pos = self.pos[seq];
+        if pos + tokens.len() > self.opts.ctx_size {
             return Err(Error::Input(format!(
-                "{} tokens after {} do not fit the context of {} tokens",
+                "{} tokens after {pos} do not fit the context of {} tokens",
                 tokens.len(),
-                self.pos,
                 self.opts.ctx_size
             )));
         }
         Ok(())
     }
 
-    /// Runs one forward pass over at most `max_t` tokens, keeping the logits of the last `n_out`.
+    /// Every piece is valid and the pass fits the session's buffers.
+    fn check(&self, pieces: &[Piece]) -> Result<()> {
+        let total: usize = pieces.iter().map(|p| p.tokens.len()).sum();
+        let outs = pieces.iter().filter(|p| p.logits).count();
+        if pieces.is_empty() {
+            return Err(Error::Input("no tokens to feed".into()));
+        }
+        if total > self.max_t || outs > self.max_out {
+            return Err(Error::Input(format!(
+                "a pass takes at most {} tokens and {} logit rows ({total} and {outs} given)",
+                self.max_t, self.max_out
+            )));
+        }
+        for (i, p) in pieces.iter().enumerate() {
+            if pieces[..i].iter().any(|q| q.seq == p.seq) {
+                return Err(Error::Input(format!("sequence {} appears twice in one pass", p.seq)));
+            }
+            self.check_seq(p.seq, p.tokens)?;
+        }
+        Ok(())
+    }
+
     /// Per-kernel GPU time (seconds, by kernel name) when profiling is on: each op is then
     /// submitted and waited for on its own, which is slow; for `bench --profile` only.
     pub fn enable_profile(&mut self) {
@@ -319,10 +389,19 @@ impl Session {
         self.profile.as_ref()
     }
 
+    fn record_copies(&self, enc: &mut wgpu::CommandEncoder, outs: &[(usize, usize)]) {
+        let row = (self.model.cfg.hidden_size * 4) as u64;
+        let mut dst = 0;
+        for &(src, n) in outs {
+            enc.copy_buffer_to_buffer(&self.xb, src as u64 * row, &self.xout, dst * row, n as u64 * row);
+            dst += n as u64;
+        }
+    }
+
     #[cfg(not(target_arch = "wasm32"))]
-    fn run_profiled(&mut self, t: u32, n_out: u32, xcopy: (u64, u64)) {
-        let gpu = &self.model.gpu;
-        let prof = self.profile.as_mut().unwrap();
+    fn run_profiled(&mut self, t: u32, n_out: u32, outs: &[(usize, usize)]) {
+        let gpu = self.model.gpu.clone();
+        let mut prof = self.profile.take().unwrap();
         let time = |prof: &mut HashMap<&'static str, f64>, name, f: &dyn Fn(&mut wgpu::CommandEncoder)| {
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             f(&mut enc);
@@ -332,31 +411,47 @@ impl Session {
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         };
         for op in &self.body {
-            let name = if t == 1 && op.matvec.is_some() { "matvec" } else { op.name };
-            time(prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t));
+            let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
+            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t));
         }
-        time(prof, "copy", &|enc| enc.copy_buffer_to_buffer(&self.xb, xcopy.0, &self.xout, 0, xcopy.1));
+        time(&mut prof, "copy", &|enc| self.record_copies(enc, outs));
         for op in &self.head {
-            let name = if n_out == 1 && op.matvec.is_some() { "matvec" } else { op.name };
-            time(prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out));
+            let name = if n_out <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
+            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out));
         }
+        self.profile = Some(prof);
     }
 
-    fn run(&mut self, tokens: &[u32], n_out: usize) {
-        let gpu = &self.model.gpu;
-        let c = &self.model.cfg;
+    /// Records and submits one pass over `pieces` (already checked); `outs` are (first row,
+    /// rows) ranges of the pass's tokens whose logits are computed, in order.
+    fn run(&mut self, pieces: &[Piece], outs: &[(usize, usize)]) {
+        let gpu = self.model.gpu.clone();
+        let ctx = self.opts.ctx_size;
+        let mut tokens = Vec::new();
+        let mut seq = Vec::new();
+        let mut positions = Vec::new();
+        for p in pieces {
+            let p0 = self.pos[p.seq];
+            for (i, &tok) in p.tokens.iter().enumerate() {
+                tokens.push(tok);
+                seq.extend([(p0 + i) as u32, (p.seq * ctx) as u32]);
+                positions.push(p0 + i);
+            }
+        }
         let t = tokens.len() as u32;
-        gpu.queue.write_buffer(&self.step, 0, &u32s(&[t, self.pos as u32, 0, 0]));
-        gpu.queue.write_buffer(&self.step_out, 0, &u32s(&[n_out as u32, 0, n_out as u32, 0]));
-        gpu.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(tokens));
-        let table = rope_table(&self.model.inv_freq, self.model.attention_factor, self.pos, tokens.len());
+        let n_out: usize = outs.iter().map(|o| o.1).sum();
+        gpu.queue.write_buffer(&self.step, 0, &u32s(&[t, 0, 0, 0]));
+        gpu.queue.write_buffer(&self.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
+        gpu.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(&tokens));
+        gpu.queue.write_buffer(&self.seq, 0, bytemuck::cast_slice(&seq));
+        let table = rope_table(&self.model.inv_freq, self.model.attention_factor, positions);
         gpu.queue.write_buffer(&self.rope, 0, bytemuck::cast_slice(&table));
-        let row = (c.hidden_size * 4) as u64;
-        let xcopy = ((tokens.len() - n_out) as u64 * row, n_out as u64 * row);
+        for p in pieces {
+            self.pos[p.seq] += p.tokens.len();
+        }
         #[cfg(not(target_arch = "wasm32"))]
         if self.profile.is_some() {
-            self.run_profiled(t, n_out as u32, xcopy);
-            self.pos += tokens.len();
+            self.run_profiled(t, n_out as u32, outs);
             return;
         }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
@@ -366,7 +461,7 @@ impl Session {
                 op.record(&mut pass, t);
             }
         }
-        enc.copy_buffer_to_buffer(&self.xb, xcopy.0, &self.xout, 0, xcopy.1);
+        self.record_copies(&mut enc, outs);
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for op in &self.head {
@@ -374,7 +469,44 @@ impl Session {
             }
         }
         gpu.queue.submit([enc.finish()]);
-        self.pos += tokens.len();
+    }
+
+    /// One forward pass that extends several sequences at once (at most [`Session::max_batch`]
+    /// tokens in all, each sequence once). The logits after the last token of every piece with
+    /// `logits` set become output rows 0, 1, ... for [`Session::output_argmax`] and
+    /// [`Session::output_logits`]. Returns the number of output rows.
+    pub fn forward(&mut self, pieces: &[Piece]) -> Result<usize> {
+        self.check(pieces)?;
+        let mut outs = Vec::new();
+        let mut row = 0;
+        for p in pieces {
+            row += p.tokens.len();
+            if p.logits {
+                outs.push((row - 1, 1));
+            }
+        }
+        // Adjacent rows are copied together.
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(outs.len());
+        for (r, n) in outs {
+            match merged.last_mut() {
+                Some(last) if last.0 + last.1 == r => last.1 += n,
+                _ => merged.push((r, n)),
+            }
+        }
+        self.run(pieces, &merged);
+        Ok(merged.iter().map(|m| m.1).sum())
+    }
+
+    /// The greedy next token of the first `rows` output rows of the last pass (computed on the
+    /// GPU: 4 bytes a row are read back).
+    pub async fn output_argmax(&self, rows: usize) -> Result<Vec<u32>> {
+        let b = self.model.gpu.read(&self.argmax, 0, (rows * 4) as u64).await?;
+        Ok(bytemuck::cast_slice(&b).to_vec())
+    }
+
+    /// The logits of the first `rows` output rows of the last pass.
+    pub async fn output_logits(&self, rows: usize) -> Result<Vec<Vec<f32>>> {
+        self.read_logits(rows).await
     }
 
     async fn read_logits(&self, rows: usize) -> Result<Vec<Vec<f32>>> {
@@ -384,26 +516,33 @@ impl Session {
         Ok(f.chunks(v).map(|r| r.to_vec()).collect())
     }
 
-    /// Feeds `tokens` and returns the logits at every one of their positions.
+    /// Feeds `tokens` to sequence 0 and returns the logits at every one of their positions.
     pub async fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        self.check(tokens)?;
+        self.check_seq(0, tokens)?;
         let mut out = Vec::with_capacity(tokens.len());
         for chunk in tokens.chunks(self.max_out) {
-            self.run(chunk, chunk.len());
+            let piece = [Piece { seq: 0, tokens: chunk, logits: true }];
+            self.check(&piece)?;
+            self.run(&piece, &[(0, chunk.len())]);
             out.extend(self.read_logits(chunk.len()).await?);
         }
         Ok(out)
     }
 
-    /// Feeds `tokens` (in batches of the session's maximum); the logits of the last one stay on
-    /// the GPU for [`Session::last_logits`] or [`Session::last_argmax`].
+    /// Feeds `tokens` to sequence 0 (in batches of the session's maximum); the logits of the
+    /// last one stay on the GPU for [`Session::last_logits`] or [`Session::last_argmax`].
     pub async fn feed(&mut self, tokens: &[u32]) -> Result<()> {
+        self.feed_seq(0, tokens).await
+    }
+
+    /// Feeds `tokens` to sequence `seq`; the logits after the last one become output row 0.
+    pub async fn feed_seq(&mut self, seq: usize, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::Input("no tokens to feed".into()));
         }
-        self.check(tokens)?;
+        self.check_seq(seq, tokens)?;
         for chunk in tokens.chunks(self.max_t) {
-            self.run(chunk, 1);
+            self.forward(&[Piece { seq, tokens: chunk, logits: true }])?;
         }
         Ok(())
     }
@@ -415,8 +554,7 @@ impl Session {
 
     /// The most likely next token after the last fed token (computed on the GPU).
     pub async fn last_argmax(&self) -> Result<u32> {
-        let b = self.model.gpu.read(&self.argmax, 0, 4).await?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(self.output_argmax(1).await?[0])
     }
 
     /// Greedy continuation: feeds `prompt`, then generates `n` tokens, stopping early at any of
@@ -476,7 +614,13 @@ impl Session {
         Ok(out)
     }
 
+    /// The most tokens one pass takes.
     pub fn max_batch(&self) -> usize {
         self.max_t
+    }
+
+    /// The most logit rows one pass produces.
+    pub fn max_outputs(&self) -> usize {
+        self.max_out
     }
 }

@@ -166,6 +166,10 @@ mod cli {
             /// Largest request body in bytes.
             #[arg(long, default_value_t = 16 << 20)]
             max_body_bytes: usize,
+            /// Requests answered at once (continuous batching), each with --ctx-size tokens of
+            /// KV cache; more wait in arrival order.
+            #[arg(long, default_value_t = 4)]
+            parallel: usize,
         },
         /// Batch Transform: one chat request per line of INPUT, one response per line of
         /// <output-dir>/<input name>.out, in order; rerun to resume.
@@ -181,6 +185,10 @@ mod cli {
             join_source: String,
             #[arg(long)]
             model_name: Option<String>,
+            /// Requests answered at once (their decode steps share each forward pass), each
+            /// with --ctx-size tokens of KV cache.
+            #[arg(long, default_value_t = 8)]
+            parallel: usize,
         },
         /// Print token ids (no bos/eos added). --model may be a bare tokenizer.model or tokenizer.json.
         Tokenize {
@@ -344,16 +352,25 @@ mod cli {
     }
 
     fn engine(c: &Common) -> Result<ChatEngine> {
-        engine_named(c, None)
+        engine_named(c, None, 1)
     }
 
-    fn engine_named(c: &Common, name: Option<String>) -> Result<ChatEngine> {
+    /// A chat engine answering up to `parallel` requests at once, each with the context of
+    /// --ctx-size (default: the model's, at most 4096 and at most what the KV buffers can hold
+    /// for all of them).
+    fn engine_named(c: &Common, name: Option<String>, parallel: usize) -> Result<ChatEngine> {
+        if parallel == 0 {
+            return Err(Error::Input("--parallel must be at least 1".into()));
+        }
         let l = load(c, 0)?;
         let tok = Tokenizer::load(&l.path)?;
+        let per_token = l.model.cfg.kv_dim() * if l.sess.kv_f16 { 2 } else { 4 };
+        let fits = ((l.model.gpu.max_binding - 4) as usize / per_token / parallel).max(2);
         let opts = ChatOptions {
-            ctx_size: Some(l.sess.ctx_size),
+            ctx_size: Some(c.ctx_size.unwrap_or(l.sess.ctx_size.min(fits))),
             kv_f16: l.sess.kv_f16,
             max_batch: l.sess.max_batch,
+            parallel,
             model_name: name.unwrap_or_else(|| model_name(&l.path)),
         };
         ChatEngine::new(&l.model, tok, opts)
@@ -610,7 +627,7 @@ mod cli {
                 let mut eng = engine(&common)?;
                 answer(&mut eng, &request(&gen, vec![], Some(task)), gen.json, gen.stream)?;
             }
-            Cmd::Serve { common, host, port, model_name, max_body_bytes } => {
+            Cmd::Serve { common, host, port, model_name, max_body_bytes, parallel } => {
                 let sagemaker = std::env::var_os("SAGEMAKER_BIND_TO_PORT").is_some() || Path::new(SAGEMAKER_MODEL_DIR).is_dir();
                 let port = match port {
                     Some(p) => p,
@@ -621,15 +638,15 @@ mod cli {
                 };
                 let host = host.unwrap_or_else(|| if sagemaker { "0.0.0.0" } else { "127.0.0.1" }.to_string());
                 let opts = tildeopen::server::ServeOptions { host, port, max_body_bytes };
-                tildeopen::server::serve(opts, move || engine_named(&common, model_name), |addr| {
+                tildeopen::server::serve(opts, move || engine_named(&common, model_name, parallel), |addr| {
                     eprintln!("listening on http://{addr}");
                 })?;
             }
-            Cmd::Batch { common, input, output_dir, join_source, model_name } => {
+            Cmd::Batch { common, input, output_dir, join_source, model_name, parallel } => {
                 if !input.is_file() {
                     return Err(Error::Input(format!("{}: no such input file", input.display())));
                 }
-                let mut eng = engine_named(&common, model_name)?;
+                let mut eng = engine_named(&common, model_name, parallel)?;
                 let bar = if std::io::stderr().is_terminal() { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
                 let s = tildeopen::batch::run(&mut eng, &input, output_dir.as_deref(), join_source == "input", |done, total| {
                     bar.set_length(total as u64);

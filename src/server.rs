@@ -2,12 +2,13 @@
 //! (`GET /ping`, `POST /invocations`) and OpenAI's (`POST /v1/chat/completions`,
 //! `GET /v1/models`), with server-sent events for `"stream": true`.
 //!
-//! One worker thread owns the model and answers requests one at a time in arrival order (FIFO:
-//! nobody starves); HTTP handlers only parse, queue and relay. A client that goes away stops its
-//! generation at the next token.
+//! One worker thread owns the model and answers up to `parallel` requests at once, their decode
+//! steps and prompt chunks sharing each forward pass (continuous batching); more wait in arrival
+//! order (FIFO: nobody starves). HTTP handlers only parse, queue and relay. A client that goes
+//! away stops its generation at the next token.
 
 use crate::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest};
-use crate::chat::ChatEngine;
+use crate::chat::{self, ChatEngine, Output, RequestId};
 use crate::error::Result;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -17,6 +18,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
@@ -123,42 +125,69 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
     }
 }
 
-/// Answers jobs in arrival order until every sender is gone.
+/// Answers jobs until every sender is gone: up to the engine's `parallel` requests at once, each
+/// forward pass carrying all of them (continuous batching); waiting jobs are taken in arrival
+/// order as slots free up, so nobody starves. A client that went away is cancelled before the
+/// next pass.
 fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>) {
-    for job in jobs {
-        if job.tx.is_closed() {
-            continue; // the client left while queued
+    let mut queue: VecDeque<Job> = VecDeque::new();
+    let mut clients: HashMap<RequestId, (mpsc::UnboundedSender<Reply>, bool)> = HashMap::new();
+    loop {
+        if clients.is_empty() && queue.is_empty() {
+            match jobs.recv() {
+                Ok(j) => queue.push_back(j),
+                Err(_) => return,
+            }
         }
-        let tx = job.tx;
-        if !job.stream {
-            let r = pollster::block_on(eng.complete_while(&job.req, || !tx.is_closed()));
-            let _ = tx.send(match r {
-                Ok(c) => Reply::Completion(Box::new(c)),
-                Err(e) => Reply::Error(e),
-            });
-            continue;
+        while let Ok(j) = jobs.try_recv() {
+            queue.push_back(j);
         }
-        pollster::block_on(async {
-            match eng.start_stream(&job.req).await {
-                Err(e) => {
-                    let _ = tx.send(Reply::Error(e));
+        queue.retain(|j| !j.tx.is_closed());
+        clients.retain(|&id, (tx, _)| {
+            if tx.is_closed() {
+                log::info!("client went away: generation stopped");
+                eng.cancel(id);
+            }
+            !tx.is_closed()
+        });
+        while !queue.is_empty() && eng.has_free_slot() {
+            let job = queue.pop_front().unwrap();
+            match eng.submit(&job.req, job.stream) {
+                Ok(id) => {
+                    clients.insert(id, (job.tx, job.stream));
                 }
-                Ok(mut s) => {
-                    // Checks the client between tokens, also while text is held back.
-                    while let Some(c) = eng.next_chunk_while(&mut s, || !tx.is_closed()).await {
-                        let sent = match c {
-                            Ok(c) => tx.send(Reply::Chunk(Box::new(c))),
-                            Err(e) => tx.send(Reply::Error(e)),
-                        };
-                        if sent.is_err() || tx.is_closed() {
-                            log::info!("client went away: generation stopped");
-                            return;
-                        }
-                    }
-                    let _ = tx.send(Reply::Done);
+                Err(e) => {
+                    let _ = job.tx.send(Reply::Error(e));
                 }
             }
-        });
+        }
+        let ready = eng.ready();
+        deliver(&mut eng, &mut clients, ready);
+        let events = pollster::block_on(eng.step());
+        deliver(&mut eng, &mut clients, events);
+    }
+}
+
+/// Hands each output to its client; a stream ends with `Done` after its last output.
+fn deliver(eng: &mut ChatEngine, clients: &mut HashMap<RequestId, (mpsc::UnboundedSender<Reply>, bool)>, events: Vec<chat::Event>) {
+    for ev in events {
+        let Some((tx, stream)) = clients.get(&ev.id) else { continue };
+        let reply = match ev.output {
+            Output::Chunk(c) => Reply::Chunk(Box::new(c)),
+            Output::Completion(c) => Reply::Completion(Box::new(c)),
+            Output::Error(e) => Reply::Error(e),
+        };
+        let mut sent = tx.send(reply).is_ok();
+        if ev.last && *stream {
+            sent &= tx.send(Reply::Done).is_ok();
+        }
+        if ev.last {
+            clients.remove(&ev.id);
+        } else if !sent {
+            log::info!("client went away: generation stopped");
+            eng.cancel(ev.id);
+            clients.remove(&ev.id);
+        }
     }
 }
 
@@ -189,7 +218,12 @@ pub fn serve(
                 Ok(eng) => {
                     *st.model.lock().unwrap() = eng.model_name().to_string();
                     st.ready.store(true, Ordering::Release);
-                    eprintln!("model {} ready ({} tokens of context)", eng.model_name(), eng.context_size());
+                    eprintln!(
+                        "model {} ready ({} parallel requests, {} tokens of context each)",
+                        eng.model_name(),
+                        eng.parallel(),
+                        eng.context_size()
+                    );
                     drop(st);
                     worker(eng, jobs_rx);
                 }

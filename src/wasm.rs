@@ -302,7 +302,7 @@ impl WasmEngine {
         let name = opt("modelName").and_then(|v| v.as_string()).unwrap_or_else(|| {
             url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
         });
-        let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, model_name: name })
+        let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, parallel: 1, model_name: name })
             .map_err(engine_error)?;
         report(total.get(), "ready");
         Ok(WasmEngine { chat, model: Some(model), stream: None })

@@ -64,7 +64,8 @@ fn every_type_every_kernel() {
             if split {
                 assert_eq!(m.chunks.len(), 3, "{}: not split in 3", ty.name());
             }
-            for ntok in [1usize, 70] {
+            // 1 and 5 tokens: the (batched) matvec; 8: its largest batch; 70: the tiled matmul.
+            for ntok in [1usize, 5, 8, 70] {
                 let xin = &x[..ntok * cols];
                 let got = pollster::block_on(apply_matrix(&gpu, &m, xin, ntok, false)).unwrap();
                 let mut reference = vec![0f32; ntok * rows];

@@ -29,6 +29,9 @@ pub enum Kernel {
     Argmax,
 }
 
+/// The most tokens one matvec dispatch takes (its `MAX_T`); more go to the tiled matmul.
+pub const MATVEC_MAX_T: u32 = 8;
+
 /// Threads per row group for the matvec kernel: about four 32-element blocks each, a power of
 /// two from 4 (the kernel's rows per group) to 32.
 pub fn matvec_lanes(cols: u32) -> u32 {
@@ -48,8 +51,8 @@ impl Kernel {
                 &[Ro, Ro, Rw, Uniform, Uniform]
             }
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
-            Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Uniform, Uniform],
-            Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Uniform, Uniform],
+            Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
+            Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Ro, Uniform, Uniform],
         }
     }
 

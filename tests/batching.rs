@@ -1,0 +1,161 @@
+//! Several sequences in one forward pass (continuous batching): the engine's per-token cache
+//! rows and positions, and the chat engine answering requests side by side.
+
+mod common;
+use common::*;
+use tildeopen::api::{ChatRequest, Message};
+use tildeopen::chat::{Event, Output};
+use tildeopen::engine::Piece;
+use tildeopen::tokenizer::Tokenizer;
+use tildeopen::{ChatEngine, ChatOptions, Model, Session, SessionOptions};
+
+fn tiny() -> (Model, Tokenizer) {
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    (load(&path, None), tiny_tokenizer())
+}
+
+fn tiny_tokenizer() -> Tokenizer {
+    Tokenizer::load(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// Three sequences fed in mixed passes (prefill chunks next to decode tokens, at different
+/// positions) give the logits each gets alone.
+#[test]
+fn sequences_in_one_pass_match_each_alone() {
+    let (model, _) = tiny();
+    let prompts: [Vec<u32>; 3] = [
+        vec![48, 7, 300, 301, 302, 303, 304],
+        vec![48, 7, 500, 17, 90, 91, 92, 93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104],
+        vec![48, 7, 1000, 1001],
+    ];
+    // Alone: logits at every position of each sequence.
+    let alone: Vec<Vec<Vec<f32>>> = prompts
+        .iter()
+        .map(|p| {
+            let mut s = Session::new(&model, SessionOptions { ctx_size: 64, kv_f16: false, ..Default::default() }).unwrap();
+            pollster::block_on(s.logits_all(p)).unwrap()
+        })
+        .collect();
+
+    let mut s = Session::new(&model, SessionOptions { ctx_size: 32, kv_f16: false, sequences: 3, ..Default::default() }).unwrap();
+    assert_eq!(s.sequences(), 3);
+    // (sequence, first token, tokens, logits wanted) per pass.
+    let passes: [&[(usize, usize, usize, bool)]; 4] = [
+        &[(0, 0, 5, true), (1, 0, 3, false)],
+        &[(0, 5, 1, true), (1, 3, 13, true), (2, 0, 4, true)],
+        &[(2, 4, 0, false), (1, 16, 1, true), (0, 6, 1, true)],
+        &[(1, 17, 2, true)],
+    ];
+    let mut worst = 0f32;
+    for pass in passes {
+        let pieces: Vec<Piece> = pass
+            .iter()
+            .filter(|p| p.2 > 0)
+            .map(|&(seq, start, n, logits)| Piece { seq, tokens: &prompts[seq][start..start + n], logits })
+            .collect();
+        let rows = s.forward(&pieces).unwrap();
+        let want: Vec<_> = pieces.iter().filter(|p| p.logits).collect();
+        assert_eq!(rows, want.len());
+        let got = pollster::block_on(s.output_logits(rows)).unwrap();
+        let argmax = pollster::block_on(s.output_argmax(rows)).unwrap();
+        for (r, p) in want.iter().enumerate() {
+            let pos = s.position_of(p.seq) - 1;
+            let d = max_diff(&got[r], &alone[p.seq][pos]);
+            assert!(d < 1e-3, "sequence {} position {pos}: max |d| {d}", p.seq);
+            worst = worst.max(d);
+            let best = (0..got[r].len()).max_by(|&a, &b| got[r][a].total_cmp(&got[r][b]).then(b.cmp(&a))).unwrap();
+            assert_eq!(argmax[r] as usize, best);
+        }
+    }
+    eprintln!("batched vs alone: max |dlogit| {worst}");
+    assert_eq!((s.position_of(0), s.position_of(1), s.position_of(2)), (7, 19, 4));
+
+    // Rolling one sequence back leaves the others alone.
+    s.truncate_seq(1, 3);
+    s.forward(&[Piece { seq: 1, tokens: &prompts[1][3..5], logits: true }, Piece { seq: 2, tokens: &[5], logits: false }]).unwrap();
+    let got = pollster::block_on(s.output_logits(1)).unwrap();
+    assert!(max_diff(&got[0], &alone[1][4]) < 1e-3);
+
+    // Bad passes are errors, not garbage.
+    for (pieces, what) in [
+        (vec![Piece { seq: 0, tokens: &[1], logits: true }, Piece { seq: 0, tokens: &[2], logits: true }], "twice"),
+        (vec![Piece { seq: 3, tokens: &[1], logits: true }], "does not exist"),
+        (vec![Piece { seq: 0, tokens: &[1; 26], logits: true }], "do not fit"),
+        (vec![Piece { seq: 2, tokens: &[], logits: true }], "no tokens"),
+        (vec![Piece { seq: 2, tokens: &[1 << 30], logits: true }], "out of range"),
+    ] {
+        let e = s.forward(&pieces).unwrap_err().to_string();
+        assert!(e.contains(what), "{e}");
+    }
+}
+
+fn request(msg: &str, max_tokens: u64) -> ChatRequest {
+    ChatRequest { max_tokens: Some(max_tokens), temperature: Some(0.0), ..ChatRequest::new(vec![Message::user(msg)]) }
+}
+
+fn engine(model: &Model, tok: Tokenizer, parallel: usize) -> ChatEngine {
+    let opts = ChatOptions { ctx_size: Some(96), kv_f16: false, parallel, model_name: "tiny".into(), ..Default::default() };
+    ChatEngine::new(model, tok, opts).unwrap()
+}
+
+/// Requests answered side by side (some streamed, one arriving while others decode) give the
+/// answers they get one at a time; a full engine says busy; cancelled and dropped requests free
+/// their slots.
+#[test]
+fn chat_requests_side_by_side_match_one_at_a_time() {
+    let (model, tok) = tiny();
+    let reqs = [request("Tell me about cakes.", 12), request("Hi", 5), request("What is the capital of Latvia?", 9), request("Tell me about cakes. And pies.", 7)];
+    let mut one = engine(&model, tok, 1);
+    let expected: Vec<String> = reqs.iter().map(|r| pollster::block_on(one.complete(r)).unwrap().content().to_string()).collect();
+
+    let mut eng = engine(&model, tiny_tokenizer(), 3);
+    assert_eq!(eng.parallel(), 3);
+    let mut ids = vec![eng.submit(&reqs[0], false).unwrap(), eng.submit(&reqs[1], true).unwrap(), eng.submit(&reqs[2], false).unwrap()];
+    let busy = eng.submit(&reqs[3], false).unwrap_err();
+    assert_eq!((busy.status, busy.code.as_deref()), (503, Some("busy")));
+    let mut texts = vec![String::new(); 4];
+    let mut finished = [false; 4];
+    let mut passes = 0;
+    while finished.iter().any(|f| !f) {
+        let events: Vec<Event> = pollster::block_on(eng.step());
+        passes += 1;
+        assert!(passes < 200, "never finished");
+        for ev in events {
+            let i = ids.iter().position(|&id| id == ev.id).unwrap();
+            match ev.output {
+                Output::Completion(c) => {
+                    assert!(ev.last);
+                    texts[i] = c.content().to_string();
+                }
+                Output::Chunk(c) => texts[i] += c.choices[0].delta.content.as_deref().unwrap_or(""),
+                Output::Error(e) => panic!("request {i}: {e:?}"),
+            }
+            finished[i] |= ev.last;
+        }
+        // The fourth request comes in as soon as a slot is free.
+        if ids.len() == 3 && eng.has_free_slot() {
+            ids.push(eng.submit(&reqs[3], true).unwrap());
+        }
+    }
+    assert_eq!(texts, expected);
+    // Fewer passes than one at a time would take (12 + 5 + 9 + 7 tokens plus prefills).
+    assert!(passes < 33, "{passes} passes");
+    assert_eq!(eng.in_flight(), 0);
+
+    // A cancelled request frees its slot at once; so does a dropped stream.
+    let a = eng.submit(&reqs[0], false).unwrap();
+    let _ = pollster::block_on(eng.step());
+    eng.cancel(a);
+    assert_eq!(eng.in_flight(), 0);
+    let mut single = engine(&model, tiny_tokenizer(), 1);
+    let mut s = pollster::block_on(single.start_stream(&reqs[1])).unwrap();
+    let _ = pollster::block_on(single.next_chunk(&mut s));
+    drop(s);
+    let c = pollster::block_on(single.complete(&reqs[1])).unwrap();
+    assert_eq!(c.content(), expected[1]);
+}
