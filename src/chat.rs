@@ -43,6 +43,21 @@ impl Default for ChatOptions {
     }
 }
 
+/// Counters since the engine was made (prompt tokens by where their keys and values came from).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Forward passes run.
+    pub passes: u64,
+    /// Prompt tokens computed by the model.
+    pub prefilled: u64,
+    /// Prompt tokens already in the slot's own cache.
+    pub reused: u64,
+    /// Prompt tokens copied from another slot's cache.
+    pub copied: u64,
+    /// Tokens generated.
+    pub generated: u64,
+}
+
 /// A request in flight (see [`ChatEngine::submit`]).
 pub type RequestId = u64;
 
@@ -101,6 +116,7 @@ pub struct ChatEngine {
     clock: u64,
     /// Requests whose owner (a dropped [`ChatStream`] or completion future) went away.
     abandoned: Arc<Mutex<Vec<RequestId>>>,
+    stats: Stats,
 }
 
 /// Holds back text that may be the start of a stop string.
@@ -190,6 +206,7 @@ impl ChatEngine {
             next_id: 1,
             clock: 0,
             abandoned: Arc::default(),
+            stats: Stats::default(),
         })
     }
 
@@ -209,6 +226,11 @@ impl ChatEngine {
     /// How many requests can be answered at once.
     pub fn parallel(&self) -> usize {
         self.slots.len()
+    }
+
+    /// What the engine has done so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
     }
 
     /// Requests in flight.
@@ -246,7 +268,8 @@ impl ChatEngine {
     }
 
     /// Takes a request in: validates and tokenizes it and gives it a free slot (the one whose
-    /// cache shares the longest prefix with the prompt, else the least recently used). No GPU
+    /// cache shares the longest prefix with the prompt, else the least recently used; a longer
+    /// prefix held by another slot is copied into it). No GPU
     /// work happens until [`ChatEngine::step`]. A streamed request's first chunk (the role) is
     /// ready at once. Errors: the request's own (invalid, over the context), or 503 `busy` when
     /// every slot is taken.
@@ -274,9 +297,21 @@ impl ChatEngine {
                 code: Some("busy".into()),
             });
         };
-        let mut common = common_with(&self.slots[slot]);
-        if common == prompt.len() {
-            common -= 1; // the last prompt token is fed again for its logits
+        // The last prompt token is always fed (again) for its logits.
+        let limit = prompt.len() - 1;
+        let mut common = common_with(&self.slots[slot]).min(limit);
+        // A longer shared prefix in another slot (busy or not: its first rows no longer change)
+        // is copied over on the GPU instead of recomputed: a common system prompt or task
+        // instruction is prefilled once for all slots.
+        let (donor, shared) = (0..self.slots.len()).map(|i| (i, common_with(&self.slots[i]).min(limit))).max_by_key(|d| d.1).unwrap();
+        if shared > common {
+            self.session.copy_prefix(donor, slot, shared)?;
+            let prefix = self.slots[donor].cached[..shared].to_vec();
+            self.slots[slot].cached = prefix;
+            self.stats.copied += shared as u64;
+            common = shared;
+        } else {
+            self.stats.reused += common as u64;
         }
         self.clock += 1;
         let s = &mut self.slots[slot];
@@ -395,10 +430,12 @@ impl ChatEngine {
         let pieces: Vec<Piece> =
             plan.iter().map(|(i, toks, wants)| Piece { seq: self.active[*i].slot, tokens: toks, logits: *wants }).collect();
         let rows = self.session.forward(&pieces)?;
+        self.stats.passes += 1;
         for (i, toks, _) in &plan {
             let a = &mut self.active[*i];
             if a.g.pending.take().is_none() {
                 a.to_feed.drain(..toks.len());
+                self.stats.prefilled += toks.len() as u64;
             }
             self.slots[a.slot].cached.extend(toks);
         }
@@ -420,6 +457,7 @@ impl ChatEngine {
                 Some(l) if self.active[i].g.sampler.needs_logits() => self.active[i].g.sampler.sample(l),
                 _ => argmax[r],
             };
+            self.stats.generated += 1;
             let a = &mut self.active[i];
             let text = accept(&self.tokenizer, &self.stop_ids, &mut a.g, t)?;
             let (id, done) = (a.id, a.g.finished);

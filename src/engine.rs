@@ -189,6 +189,8 @@ pub struct Session {
     argmax: wgpu::Buffer,
     body: Vec<Op>,
     head: Vec<Op>,
+    /// kv_copy: its pipeline, one bind group per layer (that layer's K and V caches), params.
+    copy: (wgpu::ComputePipeline, Vec<wgpu::BindGroup>, wgpu::Buffer),
     profile: Option<HashMap<&'static str, f64>>,
 }
 
@@ -272,9 +274,12 @@ impl Session {
         let attn_p = param(attn_p);
         let ffn_p = param(u32s(&[ffn]));
         let f16 = opts.kv_f16;
+        let copy_p = gpu.uniform("copy", &[0; 16]);
+        let mut copies = Vec::new();
         for layer in &model.layers {
             let kc = gpu.storage("k_cache", kv_bytes)?;
             let vc = gpu.storage("v_cache", kv_bytes)?;
+            copies.push(gpu.kernels.bind(Kernel::KvCopy, &[&kc, &vc, &copy_p]));
             body.push(op(Kernel::RmsNorm, &[&layer.attn_norm, &x, &xb, &norm_p, &step], Dispatch::PerToken));
             mat_ops(&mut body, &layer.wq, &xb, &q, false, qd, &step);
             mat_ops(&mut body, &layer.wk, &xb, &k, false, kvd, &step);
@@ -296,7 +301,27 @@ impl Session {
         let am_p = param(u32s(&[c.vocab_size as u32]));
         head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
         let pos = vec![0; opts.sequences];
-        Ok(Session { model: model.clone(), opts, pos, max_t, max_out, step, step_out, tokens, seq, rope, xb, xout, logits, argmax, body, head, profile: None })
+        let copy = (gpu.kernels.pipeline(Kernel::KvCopy), copies, copy_p);
+        Ok(Session {
+            model: model.clone(),
+            opts,
+            pos,
+            max_t,
+            max_out,
+            step,
+            step_out,
+            tokens,
+            seq,
+            rope,
+            xb,
+            xout,
+            logits,
+            argmax,
+            body,
+            head,
+            copy,
+            profile: None,
+        })
     }
 
     /// Tokens already in the KV cache (of sequence 0).
@@ -332,6 +357,39 @@ impl Session {
     /// Rolls sequence `seq` back to `pos` tokens.
     pub fn truncate_seq(&mut self, seq: usize, pos: usize) {
         self.pos[seq] = self.pos[seq].min(pos);
+    }
+
+    /// Makes sequence `dst` hold the first `n` tokens of sequence `src`: their keys and values
+    /// are copied on the GPU (one dispatch per layer), which is far cheaper than recomputing them.
+    pub fn copy_prefix(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        let seqs = self.opts.sequences;
+        if src >= seqs || dst >= seqs || n > self.pos[src] {
+            return Err(Error::Input(format!(
+                "cannot copy {n} tokens from sequence {src} to {dst} ({seqs} sequences, the source holds {})",
+                self.pos.get(src).copied().unwrap_or(0)
+            )));
+        }
+        if src != dst && n > 0 {
+            let c = &self.model.cfg;
+            let row_words = (c.kv_dim() * if self.opts.kv_f16 { 2 } else { 4 } / 4) as u32;
+            let span = self.opts.ctx_size as u32 * row_words;
+            let words = n as u32 * row_words;
+            let gpu = &self.model.gpu;
+            gpu.queue.write_buffer(&self.copy.2, 0, &u32s(&[src as u32 * span, dst as u32 * span, words, 0]));
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                pass.set_pipeline(&self.copy.0);
+                let (x, y) = split(words.div_ceil(64));
+                for bg in &self.copy.1 {
+                    pass.set_bind_group(0, bg, &[]);
+                    pass.dispatch_workgroups(x, y, 1);
+                }
+            }
+            gpu.queue.submit([enc.finish()]);
+        }
+        self.pos[dst] = n;
+        Ok(())
     }
 
     /// `tokens` can be appended to sequence `seq`: it exists, ids are in the vocabulary, they fit.

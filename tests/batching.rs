@@ -75,9 +75,17 @@ fn sequences_in_one_pass_match_each_alone() {
     eprintln!("batched vs alone: max |dlogit| {worst}");
     assert_eq!((s.position_of(0), s.position_of(1), s.position_of(2)), (7, 19, 4));
 
+    // A sequence can start from a copy of another's first rows.
+    s.copy_prefix(1, 2, 10).unwrap();
+    assert_eq!(s.position_of(2), 10);
+    s.forward(&[Piece { seq: 2, tokens: &prompts[1][10..12], logits: true }]).unwrap();
+    let got = pollster::block_on(s.output_logits(1)).unwrap();
+    assert!(max_diff(&got[0], &alone[1][11]) < 1e-3);
+    assert!(s.copy_prefix(0, 2, 8).is_err(), "sequence 0 holds only 7 tokens");
+
     // Rolling one sequence back leaves the others alone.
     s.truncate_seq(1, 3);
-    s.forward(&[Piece { seq: 1, tokens: &prompts[1][3..5], logits: true }, Piece { seq: 2, tokens: &[5], logits: false }]).unwrap();
+    s.forward(&[Piece { seq: 1, tokens: &prompts[1][3..5], logits: true }, Piece { seq: 0, tokens: &[5], logits: false }]).unwrap();
     let got = pollster::block_on(s.output_logits(1)).unwrap();
     assert!(max_diff(&got[0], &alone[1][4]) < 1e-3);
 
@@ -145,6 +153,10 @@ fn chat_requests_side_by_side_match_one_at_a_time() {
     assert_eq!(texts, expected);
     // Fewer passes than one at a time would take (12 + 5 + 9 + 7 tokens plus prefills).
     assert!(passes < 33, "{passes} passes");
+    // The fourth request starts like the first: that prefix came from the first one's slot.
+    let st = eng.stats();
+    assert!(st.copied >= 8, "{st:?}");
+    assert_eq!(st.generated, 12 + 5 + 9 + 7);
     assert_eq!(eng.in_flight(), 0);
 
     // A cancelled request frees its slot at once; so does a dropped stream.

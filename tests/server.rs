@@ -149,18 +149,40 @@ fn endpoints_stream_errors_and_concurrency() {
     tcp.read_exact(&mut first).unwrap();
     drop(tcp);
 
-    // 8 concurrent clients all succeed.
+    // 8 concurrent clients all succeed (4 answered side by side, the rest queued), with the
+    // answers each gets alone; half of them stream.
+    let body = |i: usize| format!(r#"{{"messages":[{{"role":"user","content":"Client {i}"}}],"max_tokens":{},"temperature":0}}"#, 3 + i % 4);
+    let alone: Vec<String> = (0..8)
+        .map(|i| {
+            let (code, v) = post(&format!("{b}/v1/chat/completions"), &body(i));
+            assert_eq!(code, 200, "{v}");
+            v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+        })
+        .collect();
     let threads: Vec<_> = (0..8)
         .map(|i| {
             let url = format!("{b}/v1/chat/completions");
-            std::thread::spawn(move || post(&url, &format!(r#"{{"messages":[{{"role":"user","content":"Client {i}"}}],"max_tokens":4}}"#)))
+            let body = body(i);
+            std::thread::spawn(move || {
+                if i % 2 == 0 {
+                    let (code, v) = post(&url, &body);
+                    assert_eq!(code, 200, "{v}");
+                    assert_eq!(v["usage"]["completion_tokens"], 3 + i % 4);
+                    v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+                } else {
+                    let events = sse(&url, &body.replace("\"temperature\"", "\"stream\":true,\"temperature\""));
+                    assert_eq!(events.last().unwrap(), "[DONE]");
+                    events[..events.len() - 1]
+                        .iter()
+                        .map(|e| serde_json::from_str::<serde_json::Value>(e).unwrap())
+                        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(String::from))
+                        .collect()
+                }
+            })
         })
         .collect();
-    for t in threads {
-        let (code, v) = t.join().unwrap();
-        assert_eq!(code, 200, "{v}");
-        assert_eq!(v["usage"]["completion_tokens"], 4);
-    }
+    let together: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(together, alone);
     let (code, _) = post(&format!("{b}/invocations"), HI);
     assert_eq!(code, 200);
     // The dropped stream's generation was stopped, not run to its 100 tokens.

@@ -24,6 +24,7 @@ pub enum Kernel {
     RmsNorm,
     Rope,
     KvStore { f16: bool },
+    KvCopy,
     Attention { f16: bool },
     SwiGlu,
     Argmax,
@@ -52,6 +53,7 @@ impl Kernel {
             }
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
+            Kernel::KvCopy => &[Rw, Rw, Uniform],
             Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Ro, Uniform, Uniform],
         }
     }
@@ -65,6 +67,7 @@ impl Kernel {
             Kernel::RmsNorm => "rmsnorm",
             Kernel::Rope => "rope",
             Kernel::KvStore { .. } => "kv_store",
+            Kernel::KvCopy => "kv_copy",
             Kernel::Attention { .. } => "attention",
             Kernel::SwiGlu => "swiglu",
             Kernel::Argmax => "argmax",
@@ -88,6 +91,7 @@ impl Kernel {
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
             Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
+            Kernel::KvCopy => (String::new(), include_str!("../../shaders/kv_copy.wgsl")),
             Kernel::Attention { .. } => (String::new(), include_str!("../../shaders/attention.wgsl")),
             Kernel::SwiGlu => (String::new(), include_str!("../../shaders/swiglu.wgsl")),
             Kernel::Argmax => (String::new(), include_str!("../../shaders/argmax.wgsl")),
