@@ -93,8 +93,12 @@ struct Active {
     slot: usize,
     g: Generation,
     stream: bool,
-    /// Prompt tokens not yet in the cache.
+    /// The whole prompt, and its tokens not yet in the cache.
+    prompt: Vec<u32>,
     to_feed: Vec<u32>,
+    /// Waits for request `.0` (in slot `.1`) to prefill `.2` tokens this prompt starts with, to
+    /// copy them instead of computing them a second time (requests that arrive together).
+    wait_for: Option<(RequestId, usize, usize)>,
     /// The answer so far (whole completions only).
     content: String,
 }
@@ -342,7 +346,15 @@ impl ChatEngine {
             let role = Delta { role: Some("assistant".into()), content: Some(String::new()) };
             self.outbox.push_back(Event { id, output: Output::Chunk(chunk(&g, role, None)), last: false });
         }
-        self.active.push(Active { id, slot, g, stream, to_feed: prompt[common..].to_vec(), content: String::new() });
+        // A request still prefilling may be about to hold a longer shared prefix: wait for it.
+        let wait_for = self
+            .active
+            .iter()
+            .map(|a| (a.id, a.slot, a.prompt.iter().zip(&prompt).take_while(|(x, y)| x == y).count().min(limit)))
+            .filter(|&(_, d, n)| n > common && self.slots[d].cached.len() < n)
+            .max_by_key(|d| d.2);
+        let to_feed = prompt[common..].to_vec();
+        self.active.push(Active { id, slot, g, stream, prompt, to_feed, wait_for, content: String::new() });
         Ok(id)
     }
 
@@ -396,7 +408,35 @@ impl ChatEngine {
         self.outbox.drain(..).collect()
     }
 
+    /// Ends the waits whose donor has prefilled what was waited for (or stopped prefilling):
+    /// the shared prefix is copied over.
+    fn resolve_waits(&mut self) -> Result<()> {
+        for i in 0..self.active.len() {
+            let Some((donor_id, donor, n)) = self.active[i].wait_for else { continue };
+            let donor_feeding = self.active.iter().any(|a| a.id == donor_id && !a.to_feed.is_empty());
+            let a = &self.active[i];
+            let limit = a.prompt.len() - 1;
+            let have = self.slots[donor].cached.iter().zip(&a.prompt).take_while(|(x, y)| x == y).count().min(limit);
+            if have < n && donor_feeding {
+                continue;
+            }
+            let own = a.prompt.len() - a.to_feed.len();
+            let slot = a.slot;
+            if have > own {
+                self.session.copy_prefix(donor, slot, have)?;
+                let a = &mut self.active[i];
+                self.slots[slot].cached = a.prompt[..have].to_vec();
+                a.to_feed = a.prompt[have..].to_vec();
+                self.stats.copied += have as u64;
+                self.stats.reused -= own as u64;
+            }
+            self.active[i].wait_for = None;
+        }
+        Ok(())
+    }
+
     async fn pass(&mut self) -> Result<()> {
+        self.resolve_waits()?;
         let mut budget = self.session.max_batch();
         let mut outs_left = self.session.max_outputs();
         // (active index, tokens, wants logits)
@@ -412,7 +452,7 @@ impl ChatEngine {
             }
         }
         for (i, a) in self.active.iter().enumerate() {
-            if a.to_feed.is_empty() || budget == 0 {
+            if a.to_feed.is_empty() || a.wait_for.is_some() || budget == 0 {
                 continue;
             }
             let n = a.to_feed.len().min(budget);
@@ -459,7 +499,15 @@ impl ChatEngine {
             };
             self.stats.generated += 1;
             let a = &mut self.active[i];
-            let text = accept(&self.tokenizer, &self.stop_ids, &mut a.g, t)?;
+            let text = match accept(&self.tokenizer, &self.stop_ids, &mut a.g, t) {
+                Ok(text) => text,
+                Err(e) => {
+                    // This request's own fault (its text cannot be decoded): only it ends.
+                    self.outbox.push_back(Event { id: a.id, output: Output::Error(e.into()), last: true });
+                    finished.push(a.id);
+                    continue;
+                }
+            };
             let (id, done) = (a.id, a.g.finished);
             if a.stream {
                 if !text.is_empty() {

@@ -159,6 +159,30 @@ fn chat_requests_side_by_side_match_one_at_a_time() {
     assert_eq!(st.generated, 12 + 5 + 9 + 7);
     assert_eq!(eng.in_flight(), 0);
 
+    // Requests that arrive together with a long common start (a system prompt): the first
+    // computes it, the others wait and copy it; answers unchanged.
+    let sys = "You are a careful assistant. Answer in one short sentence and keep names as they are.";
+    let shared: Vec<ChatRequest> = ["Hi", "Who are you?", "Name a colour."]
+        .iter()
+        .map(|u| ChatRequest { max_tokens: Some(4), temperature: Some(0.0), ..ChatRequest::new(vec![Message::system(sys), Message::user(*u)]) })
+        .collect();
+    let expected_shared: Vec<String> = shared.iter().map(|r| pollster::block_on(one.complete(r)).unwrap().content().to_string()).collect();
+    let mut eng = engine(&model, tiny_tokenizer(), 3);
+    let ids: Vec<_> = shared.iter().map(|r| eng.submit(r, false).unwrap()).collect();
+    let mut texts = vec![String::new(); 3];
+    while eng.in_flight() > 0 {
+        for ev in pollster::block_on(eng.step()) {
+            if let Output::Completion(c) = ev.output {
+                texts[ids.iter().position(|&id| id == ev.id).unwrap()] = c.content().to_string();
+            }
+        }
+    }
+    assert_eq!(texts, expected_shared);
+    let st = eng.stats();
+    let prompt_len = eng.prompt_tokens(&shared[0]).unwrap().len() as u64;
+    assert!(st.copied >= 2 * (prompt_len - 8), "{st:?} (prompt of {prompt_len})");
+    assert!(st.prefilled < 2 * prompt_len, "{st:?}");
+
     // A cancelled request frees its slot at once; so does a dropped stream.
     let a = eng.submit(&reqs[0], false).unwrap();
     let _ = pollster::block_on(eng.step());
