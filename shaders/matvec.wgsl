@@ -1,10 +1,12 @@
-// y[t, n] (+)= dot(W[n, :], x[t, :]) for up to MAX_T tokens (decode, one token per sequence).
+// y[t, n] (+)= dot(W[n, :], x[t, :]) for a few tokens (decode, one token per sequence).
 // A group of LANES threads covers NR rows: each thread takes whole 32-element blocks in turn
 // (adjacent threads read adjacent blocks) and, for each token, loads that slice of x once and
 // applies it to all NR rows; the block's weights are read from memory once and hit the cache for
 // the other tokens. Then per token: one barrier, and one thread per row sums the LANES partials.
 // The engine picks LANES so each thread gets about four blocks (32 for wide rows); a 256-thread
-// workgroup covers 256 / LANES * NR rows. More tokens than MAX_T go to the tiled matmul.
+// workgroup covers 256 / LANES * NR rows. Tokens go in groups of MAX_T (registers per thread stay
+// fixed); the engine sends passes of more than 16 tokens to the tiled matmul instead, whose 64x64
+// tiles would be mostly idle below that.
 // Prepended: bytes.wgsl and the weight type's dot32.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
@@ -25,57 +27,60 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let g = lid / LANES;
     let lane = lid % LANES;
     let row0 = ((wid.y * nwg.x + wid.x) * (256u / LANES) + g) * NR;
-    let nt = min(step.t, MAX_T);
     let kq = p.k / 4u;
-    // Rows past the end read row 0 again (always present) and are never written.
-    var acc: array<vec4<f32>, MAX_T>;
-    for (var b = 0u; b < MAX_T; b++) {
-        acc[b] = vec4<f32>(0.0);
-    }
-    if (row0 < p.n) {
-        let rb0 = row0 * p.row_bytes;
-        let rb1 = select(0u, rb0 + p.row_bytes, row0 + 1u < p.n);
-        let rb2 = select(0u, rb0 + 2u * p.row_bytes, row0 + 2u < p.n);
-        let rb3 = select(0u, rb0 + 3u * p.row_bytes, row0 + 3u < p.n);
-        var xv: array<vec4<f32>, 8>;
-        for (var u = lane; u < p.k / 32u; u += LANES) {
-            let e = u * 32u;
-            for (var b = 0u; b < nt; b++) {
-                let xo = b * kq + u * 8u;
-                xv[0] = X[xo];
-                xv[1] = X[xo + 1u];
-                xv[2] = X[xo + 2u];
-                xv[3] = X[xo + 3u];
-                xv[4] = X[xo + 4u];
-                xv[5] = X[xo + 5u];
-                xv[6] = X[xo + 6u];
-                xv[7] = X[xo + 7u];
-                acc[b] += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
-            }
-        }
-    }
-    // Thread r of each group sums row row0 + r, token by token.
     let row = row0 + lane;
-    for (var b = 0u; b < nt; b++) {
-        let a = acc[b];
-        red[lid] = a.x;
-        red[256u + lid] = a.y;
-        red[512u + lid] = a.z;
-        red[768u + lid] = a.w;
-        workgroupBarrier();
-        if (lane < NR && row < p.n) {
-            let base = lane * 256u + g * LANES;
-            var total = 0.0;
-            for (var i = 0u; i < LANES; i++) {
-                total += red[base + i];
-            }
-            let o = b * p.out_stride + p.out_off + row;
-            if (ACCUMULATE) {
-                Y[o] += total;
-            } else {
-                Y[o] = total;
+    // Tokens in groups of MAX_T: each group reads the rows again (from cache on a GPU).
+    for (var t0 = 0u; t0 < step.t; t0 += MAX_T) {
+        let nt = min(step.t - t0, MAX_T);
+        // Rows past the end read row 0 again (always present) and are never written.
+        var acc: array<vec4<f32>, MAX_T>;
+        for (var b = 0u; b < MAX_T; b++) {
+            acc[b] = vec4<f32>(0.0);
+        }
+        if (row0 < p.n) {
+            let rb0 = row0 * p.row_bytes;
+            let rb1 = select(0u, rb0 + p.row_bytes, row0 + 1u < p.n);
+            let rb2 = select(0u, rb0 + 2u * p.row_bytes, row0 + 2u < p.n);
+            let rb3 = select(0u, rb0 + 3u * p.row_bytes, row0 + 3u < p.n);
+            var xv: array<vec4<f32>, 8>;
+            for (var u = lane; u < p.k / 32u; u += LANES) {
+                let e = u * 32u;
+                for (var b = 0u; b < nt; b++) {
+                    let xo = (t0 + b) * kq + u * 8u;
+                    xv[0] = X[xo];
+                    xv[1] = X[xo + 1u];
+                    xv[2] = X[xo + 2u];
+                    xv[3] = X[xo + 3u];
+                    xv[4] = X[xo + 4u];
+                    xv[5] = X[xo + 5u];
+                    xv[6] = X[xo + 6u];
+                    xv[7] = X[xo + 7u];
+                    acc[b] += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
+                }
             }
         }
-        workgroupBarrier();
+        // Thread r of each group sums row row0 + r, token by token.
+        for (var b = 0u; b < nt; b++) {
+            let a = acc[b];
+            red[lid] = a.x;
+            red[256u + lid] = a.y;
+            red[512u + lid] = a.z;
+            red[768u + lid] = a.w;
+            workgroupBarrier();
+            if (lane < NR && row < p.n) {
+                let base = lane * 256u + g * LANES;
+                var total = 0.0;
+                for (var i = 0u; i < LANES; i++) {
+                    total += red[base + i];
+                }
+                let o = (t0 + b) * p.out_stride + p.out_off + row;
+                if (ACCUMULATE) {
+                    Y[o] += total;
+                } else {
+                    Y[o] = total;
+                }
+            }
+            workgroupBarrier();
+        }
     }
 }

@@ -64,8 +64,8 @@ fn every_type_every_kernel() {
             if split {
                 assert_eq!(m.chunks.len(), 3, "{}: not split in 3", ty.name());
             }
-            // 1 and 5 tokens: the (batched) matvec; 8: its largest batch; 70: the tiled matmul.
-            for ntok in [1usize, 5, 8, 70] {
+            // 1, 5, 8 and 13 tokens: the matvec (one or two 8-token groups); 70: the tiled matmul.
+            for ntok in [1usize, 5, 8, 13, 70] {
                 let xin = &x[..ntok * cols];
                 let got = pollster::block_on(apply_matrix(&gpu, &m, xin, ntok, false)).unwrap();
                 let mut reference = vec![0f32; ntok * rows];
