@@ -485,8 +485,13 @@ impl ChatEngine {
         if rows == 0 {
             return Ok(());
         }
-        let argmax = self.session.output_argmax(rows).await?;
+        // Greedy rows need 4 bytes back (the GPU's argmax); sampled rows their logits.
         let need = owners.iter().rposition(|&i| self.active[i].g.sampler.needs_logits());
+        let argmax = if owners.iter().all(|&i| self.active[i].g.sampler.needs_logits()) {
+            Vec::new()
+        } else {
+            self.session.output_argmax(rows).await?
+        };
         let mut logits = match need {
             Some(last) => self.session.output_logits(last + 1).await?,
             None => Vec::new(),
