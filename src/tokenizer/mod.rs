@@ -421,11 +421,15 @@ fn byte_level_bpe(tokens: &[String], types: &[PieceType], merges: Vec<(String, S
 
 /// Turns generated ids into text deltas that are always valid UTF-8: a token that ends inside
 /// a multi-byte character (byte fallback, byte-level BPE) is held back until the character is
-/// complete.
+/// complete. Each push decodes only a short window (the tokens since the last emission plus the
+/// ones before them, for context such as SentencePiece's leading space), so a long answer costs
+/// linear, not quadratic, time.
 #[derive(Default)]
 pub struct StreamDecoder {
     ids: Vec<u32>,
-    emitted: usize,
+    /// The window starts here; `ids[prefix..read]` is text already emitted.
+    prefix: usize,
+    read: usize,
 }
 
 impl StreamDecoder {
@@ -436,26 +440,24 @@ impl StreamDecoder {
     /// Adds one id; returns the text that became final.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
         self.ids.push(id);
-        let text = tok.decode(&self.ids)?;
-        let mut end = text.len();
-        // Incomplete characters decode to U+FFFD at the end: hold them back.
-        while text[..end].ends_with('\u{FFFD}') {
-            end -= '\u{FFFD}'.len_utf8();
-        }
-        if end <= self.emitted || !text.is_char_boundary(self.emitted) {
+        let before = tok.decode(&self.ids[self.prefix..self.read])?;
+        let now = tok.decode(&self.ids[self.prefix..])?;
+        // Incomplete characters decode to U+FFFD at the end: hold the token back.
+        if now.len() <= before.len() || now.ends_with('\u{FFFD}') || !now.starts_with(&before) {
             return Ok(String::new());
         }
-        let delta = text[self.emitted..end].to_string();
-        self.emitted = end;
-        Ok(delta)
+        self.prefix = self.read;
+        self.read = self.ids.len();
+        Ok(now[before.len()..].to_string())
     }
 
     /// The text still held back (incomplete characters, as U+FFFD).
     pub fn finish(&mut self, tok: &Tokenizer) -> Result<String> {
-        let text = tok.decode(&self.ids)?;
-        let delta = text.get(self.emitted..).unwrap_or("").to_string();
-        self.emitted = text.len();
-        Ok(delta)
+        let before = tok.decode(&self.ids[self.prefix..self.read])?;
+        let now = tok.decode(&self.ids[self.prefix..])?;
+        self.prefix = self.read;
+        self.read = self.ids.len();
+        Ok(now.strip_prefix(before.as_str()).unwrap_or("").to_string())
     }
 
     /// Everything decoded so far, including what is held back.
