@@ -63,6 +63,9 @@ pub fn run(
     join_input: bool,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<BatchSummary> {
+    if eng.in_flight() > 0 {
+        return Err(Error::Input("batch needs an engine with no requests in flight".into()));
+    }
     let text = std::fs::read_to_string(input).map_err(io(input))?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if let Some(d) = output_dir {

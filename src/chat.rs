@@ -423,12 +423,12 @@ impl ChatEngine {
             let own = a.prompt.len() - a.to_feed.len();
             let slot = a.slot;
             if have > own {
-                self.session.copy_prefix(donor, slot, have)?;
+                // The slot already holds the first `own` tokens (its own or copied at submit).
+                self.session.copy_rows(donor, slot, own, have)?;
                 let a = &mut self.active[i];
                 self.slots[slot].cached = a.prompt[..have].to_vec();
                 a.to_feed = a.prompt[have..].to_vec();
-                self.stats.copied += have as u64;
-                self.stats.reused -= own as u64;
+                self.stats.copied += (have - own) as u64;
             }
             self.active[i].wait_for = None;
         }

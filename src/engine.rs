@@ -362,20 +362,28 @@ impl Session {
     /// Makes sequence `dst` hold the first `n` tokens of sequence `src`: their keys and values
     /// are copied on the GPU (one dispatch per layer), which is far cheaper than recomputing them.
     pub fn copy_prefix(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        self.copy_rows(src, dst, 0, n)
+    }
+
+    /// [`Session::copy_prefix`] when `dst` already holds the first `from` of those tokens: only
+    /// rows `from..n` are copied.
+    pub fn copy_rows(&mut self, src: usize, dst: usize, from: usize, n: usize) -> Result<()> {
         let seqs = self.opts.sequences;
-        if src >= seqs || dst >= seqs || n > self.pos[src] {
+        if src >= seqs || dst >= seqs || n > self.pos[src] || from > n || from > self.pos[dst] {
             return Err(Error::Input(format!(
-                "cannot copy {n} tokens from sequence {src} to {dst} ({seqs} sequences, the source holds {})",
-                self.pos.get(src).copied().unwrap_or(0)
+                "cannot copy tokens {from}..{n} from sequence {src} to {dst} ({seqs} sequences, the source holds {}, the destination {})",
+                self.pos.get(src).copied().unwrap_or(0),
+                self.pos.get(dst).copied().unwrap_or(0)
             )));
         }
-        if src != dst && n > 0 {
+        if src != dst && n > from {
             let c = &self.model.cfg;
             let row_words = (c.kv_dim() * if self.opts.kv_f16 { 2 } else { 4 } / 4) as u32;
             let span = self.opts.ctx_size as u32 * row_words;
-            let words = n as u32 * row_words;
+            let skip = from as u32 * row_words;
+            let words = (n - from) as u32 * row_words;
             let gpu = &self.model.gpu;
-            gpu.queue.write_buffer(&self.copy.2, 0, &u32s(&[src as u32 * span, dst as u32 * span, words, 0]));
+            gpu.queue.write_buffer(&self.copy.2, 0, &u32s(&[src as u32 * span + skip, dst as u32 * span + skip, words, 0]));
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -519,8 +527,8 @@ impl Session {
                 op.record(&mut pass, t);
             }
         }
-        self.record_copies(&mut enc, outs);
-        {
+        if n_out > 0 {
+            self.record_copies(&mut enc, outs);
             let mut pass = enc.begin_compute_pass(&Default::default());
             for op in &self.head {
                 op.record(&mut pass, n_out as u32);

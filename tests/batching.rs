@@ -195,3 +195,40 @@ fn chat_requests_side_by_side_match_one_at_a_time() {
     let c = pollster::block_on(single.complete(&reqs[1])).unwrap();
     assert_eq!(c.content(), expected[1]);
 }
+
+/// A request that starts like one still being prefilled (over several passes): it copies what
+/// is there at once, waits for the rest, then copies only the new rows. Every prompt token is
+/// counted exactly once (computed, reused or copied) and answers are unchanged.
+#[test]
+fn late_request_copies_a_prefix_still_being_prefilled() {
+    let (model, tok) = tiny();
+    let sys = "You are a careful assistant. Answer in one short sentence, keep names as they are, and never use lists.";
+    let reqs: Vec<ChatRequest> = ["Hi", "Who are you?"]
+        .iter()
+        .map(|u| ChatRequest { max_tokens: Some(3), temperature: Some(0.0), ..ChatRequest::new(vec![Message::system(sys), Message::user(*u)]) })
+        .collect();
+    let mut one = engine(&model, tok, 1);
+    let expected: Vec<String> = reqs.iter().map(|r| pollster::block_on(one.complete(r)).unwrap().content().to_string()).collect();
+
+    let opts = ChatOptions { ctx_size: Some(96), kv_f16: false, parallel: 2, max_batch: 8, model_name: "tiny".into() };
+    let mut eng = ChatEngine::new(&model, tiny_tokenizer(), opts).unwrap();
+    let lens: Vec<u64> = reqs.iter().map(|r| eng.prompt_tokens(r).unwrap().len() as u64).collect();
+    assert!(lens[0] > 24, "the shared start must take several 8-token passes");
+    let a = eng.submit(&reqs[0], false).unwrap();
+    let _ = pollster::block_on(eng.step());
+    let b = eng.submit(&reqs[1], false).unwrap();
+    assert_eq!(eng.stats().copied, 8, "the 8 rows already prefilled are copied at once");
+    let mut texts = vec![String::new(); 2];
+    while eng.in_flight() > 0 {
+        for ev in pollster::block_on(eng.step()) {
+            if let Output::Completion(c) = ev.output {
+                texts[if ev.id == a { 0 } else { 1 }] = c.content().to_string();
+                assert!(ev.id == a || ev.id == b);
+            }
+        }
+    }
+    assert_eq!(texts, expected);
+    let st = eng.stats();
+    assert_eq!(st.prefilled + st.reused + st.copied, lens[0] + lens[1], "{st:?}");
+    assert!(st.copied > lens[0] / 2, "{st:?}");
+}
