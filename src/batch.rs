@@ -115,6 +115,7 @@ pub fn run(
         if in_flight.is_empty() {
             continue; // the lines just taken were all errors (written above) or all are done
         }
+        // Requests are whole completions: their one output is their last.
         for ev in pollster::block_on(eng.step()) {
             let Some(line) = in_flight.remove(&ev.id) else { continue };
             let result = match ev.output {
@@ -124,10 +125,7 @@ pub fn run(
                     Ok(serde_json::to_value(&c).unwrap())
                 }
                 Output::Error(e) => Err(e),
-                Output::Chunk(_) => {
-                    in_flight.insert(ev.id, line);
-                    continue;
-                }
+                Output::Chunk(_) => unreachable!("batch requests are submitted without streaming"),
             };
             done.insert(line, result);
         }

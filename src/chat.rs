@@ -7,7 +7,7 @@
 //! prefilling, then hands out the chunks and completions that became ready.
 
 use crate::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
-use crate::engine::{Piece, Session, SessionOptions};
+use crate::engine::{kv_tokens_fit, Piece, Session, SessionOptions};
 use crate::error::Result;
 use crate::model::Model;
 use crate::sampling::Sampler;
@@ -93,9 +93,9 @@ struct Active {
     slot: usize,
     g: Generation,
     stream: bool,
-    /// The whole prompt, and its tokens not yet in the cache.
     prompt: Vec<u32>,
-    to_feed: Vec<u32>,
+    /// Prompt tokens in the slot's cache; `prompt[fed..]` is still to be prefilled.
+    fed: usize,
     /// Waits for request `.0` (in slot `.1`) to prefill `.2` tokens this prompt starts with, to
     /// copy them instead of computing them a second time (requests that arrive together).
     wait_for: Option<(RequestId, usize, usize)>,
@@ -183,8 +183,7 @@ impl ChatEngine {
         let parallel = opts.parallel.max(1);
         // Default: the model's context, capped at MAX_CONTEXT and at what one KV buffer holds
         // for all slots.
-        let per_token = model.cfg.kv_dim() * if opts.kv_f16 { 2 } else { 4 };
-        let fits = (model.gpu.max_binding.saturating_sub(4) as usize / per_token.max(1) / parallel).max(2);
+        let fits = (kv_tokens_fit(model, opts.kv_f16) / parallel).max(2);
         let cap = model.cfg.max_position_embeddings.clamp(2, MAX_CONTEXT).min(fits);
         let ctx = opts.ctx_size.unwrap_or(cap).clamp(2, MAX_CONTEXT);
         let session = Session::new(
@@ -288,7 +287,7 @@ impl ChatEngine {
         if prompt.len() >= ctx {
             return Err(ApiError::context_length(prompt.len(), ctx));
         }
-        let common_with = |s: &Slot| s.cached.iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+        let common_with = |s: &Slot| common_prefix(&s.cached, &prompt);
         let Some(slot) = (0..self.slots.len())
             .filter(|&i| !self.slots[i].busy)
             .max_by_key(|&i| (common_with(&self.slots[i]), std::cmp::Reverse(self.slots[i].used)))
@@ -350,22 +349,26 @@ impl ChatEngine {
         let wait_for = self
             .active
             .iter()
-            .map(|a| (a.id, a.slot, a.prompt.iter().zip(&prompt).take_while(|(x, y)| x == y).count().min(limit)))
+            .map(|a| (a.id, a.slot, common_prefix(&a.prompt, &prompt).min(limit)))
             .filter(|&(_, d, n)| n > common && self.slots[d].cached.len() < n)
             .max_by_key(|d| d.2);
-        let to_feed = prompt[common..].to_vec();
-        self.active.push(Active { id, slot, g, stream, prompt, to_feed, wait_for, content: String::new() });
+        self.active.push(Active { id, slot, g, stream, prompt, fed: common, wait_for, content: String::new() });
         Ok(id)
     }
 
     /// Stops answering a request (a client that went away); its slot is free again. Outputs
     /// already made for it are dropped.
     pub fn cancel(&mut self, id: RequestId) {
+        self.release(id);
+        self.outbox.retain(|e| e.id != id);
+    }
+
+    /// Takes a request out of the engine and frees its slot (what the slot holds stays).
+    fn release(&mut self, id: RequestId) {
         if let Some(i) = self.active.iter().position(|a| a.id == id) {
             let a = self.active.remove(i);
             self.slots[a.slot].busy = false;
         }
-        self.outbox.retain(|e| e.id != id);
     }
 
     /// Cancels the requests whose owners were dropped.
@@ -413,21 +416,18 @@ impl ChatEngine {
     fn resolve_waits(&mut self) -> Result<()> {
         for i in 0..self.active.len() {
             let Some((donor_id, donor, n)) = self.active[i].wait_for else { continue };
-            let donor_feeding = self.active.iter().any(|a| a.id == donor_id && !a.to_feed.is_empty());
+            let donor_feeding = self.active.iter().any(|a| a.id == donor_id && a.fed < a.prompt.len());
             let a = &self.active[i];
-            let limit = a.prompt.len() - 1;
-            let have = self.slots[donor].cached.iter().zip(&a.prompt).take_while(|(x, y)| x == y).count().min(limit);
+            let have = common_prefix(&self.slots[donor].cached, &a.prompt).min(a.prompt.len() - 1);
             if have < n && donor_feeding {
                 continue;
             }
-            let own = a.prompt.len() - a.to_feed.len();
-            let slot = a.slot;
+            let (own, slot) = (a.fed, a.slot);
             if have > own {
                 // The slot already holds the first `own` tokens (its own or copied at submit).
                 self.session.copy_rows(donor, slot, own, have)?;
-                let a = &mut self.active[i];
-                self.slots[slot].cached = a.prompt[..have].to_vec();
-                a.to_feed = a.prompt[have..].to_vec();
+                self.slots[slot].cached = self.active[i].prompt[..have].to_vec();
+                self.active[i].fed = have;
                 self.stats.copied += (have - own) as u64;
             }
             self.active[i].wait_for = None;
@@ -452,15 +452,16 @@ impl ChatEngine {
             }
         }
         for (i, a) in self.active.iter().enumerate() {
-            if a.to_feed.is_empty() || a.wait_for.is_some() || budget == 0 {
+            let rest = &a.prompt[a.fed..];
+            if rest.is_empty() || a.wait_for.is_some() || budget == 0 {
                 continue;
             }
-            let n = a.to_feed.len().min(budget);
-            let wants = n == a.to_feed.len();
+            let n = rest.len().min(budget);
+            let wants = n == rest.len();
             if wants && outs_left == 0 {
                 continue;
             }
-            plan.push((i, a.to_feed[..n].to_vec(), wants));
+            plan.push((i, rest[..n].to_vec(), wants));
             budget -= n;
             outs_left -= wants as usize;
         }
@@ -474,7 +475,7 @@ impl ChatEngine {
         for (i, toks, _) in &plan {
             let a = &mut self.active[*i];
             if a.g.pending.take().is_none() {
-                a.to_feed.drain(..toks.len());
+                a.fed += toks.len();
                 self.stats.prefilled += toks.len() as u64;
             }
             self.slots[a.slot].cached.extend(toks);
@@ -541,10 +542,7 @@ impl ChatEngine {
             }
         }
         for id in finished {
-            if let Some(i) = self.active.iter().position(|a| a.id == id) {
-                let a = self.active.remove(i);
-                self.slots[a.slot].busy = false;
-            }
+            self.release(id);
         }
         Ok(())
     }
@@ -679,6 +677,11 @@ fn accept(tok: &Tokenizer, stop_ids: &[u32], g: &mut Generation, t: u32) -> Resu
         out += &g.filter.finish();
     }
     Ok(out)
+}
+
+/// How many tokens `a` and `b` share at their start.
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 fn usage(g: &Generation) -> Usage {

@@ -159,6 +159,17 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     Ok(bytemuck::cast_slice(&bytes).to_vec())
 }
 
+/// Bytes one token takes in one layer's K (or V) cache: f16 pairs or f32 values in u32 words.
+pub fn kv_row_bytes(model: &Model, kv_f16: bool) -> usize {
+    model.cfg.kv_dim() * if kv_f16 { 2 } else { 4 }
+}
+
+/// Tokens (of all sequences together) one layer's K or V buffer can hold under the device's
+/// binding limit.
+pub fn kv_tokens_fit(model: &Model, kv_f16: bool) -> usize {
+    (model.gpu.max_binding.saturating_sub(4) / kv_row_bytes(model, kv_f16).max(1) as u64) as usize
+}
+
 /// Part of a batched forward pass: `tokens` appended to sequence `seq`; with `logits`, the
 /// logits after its last token are kept (output rows in piece order).
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +177,14 @@ pub struct Piece<'a> {
     pub seq: usize,
     pub tokens: &'a [u32],
     pub logits: bool,
+}
+
+/// The kv_copy kernel: its pipeline, one bind group per layer (that layer's K and V caches)
+/// and its parameter block.
+struct KvCopy {
+    pipeline: wgpu::ComputePipeline,
+    layers: Vec<wgpu::BindGroup>,
+    params: wgpu::Buffer,
 }
 
 /// One or more sequences' state on the GPU.
@@ -189,8 +208,7 @@ pub struct Session {
     argmax: wgpu::Buffer,
     body: Vec<Op>,
     head: Vec<Op>,
-    /// kv_copy: its pipeline, one bind group per layer (that layer's K and V caches), params.
-    copy: (wgpu::ComputePipeline, Vec<wgpu::BindGroup>, wgpu::Buffer),
+    copy: KvCopy,
     profile: Option<HashMap<&'static str, f64>>,
 }
 
@@ -220,11 +238,10 @@ impl Session {
                 gpu.max_binding
             )));
         }
-        let kv_word = if opts.kv_f16 { 2 } else { 4 };
         let rows = opts.ctx_size * opts.sequences;
-        let kv_bytes = (rows * c.kv_dim() * kv_word) as u64;
+        let kv_bytes = (rows * kv_row_bytes(model, opts.kv_f16)) as u64;
         if kv_bytes > maxb {
-            let fits = maxb / (c.kv_dim() * kv_word) as u64;
+            let fits = kv_tokens_fit(model, opts.kv_f16);
             let what = if opts.sequences == 1 {
                 format!("a KV cache of {} tokens", opts.ctx_size)
             } else {
@@ -301,7 +318,7 @@ impl Session {
         let am_p = param(u32s(&[c.vocab_size as u32]));
         head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
         let pos = vec![0; opts.sequences];
-        let copy = (gpu.kernels.pipeline(Kernel::KvCopy), copies, copy_p);
+        let copy = KvCopy { pipeline: gpu.kernels.pipeline(Kernel::KvCopy), layers: copies, params: copy_p };
         Ok(Session {
             model: model.clone(),
             opts,
@@ -377,19 +394,18 @@ impl Session {
             )));
         }
         if src != dst && n > from {
-            let c = &self.model.cfg;
-            let row_words = (c.kv_dim() * if self.opts.kv_f16 { 2 } else { 4 } / 4) as u32;
+            let row_words = (kv_row_bytes(&self.model, self.opts.kv_f16) / 4) as u32;
             let span = self.opts.ctx_size as u32 * row_words;
             let skip = from as u32 * row_words;
             let words = (n - from) as u32 * row_words;
             let gpu = &self.model.gpu;
-            gpu.queue.write_buffer(&self.copy.2, 0, &u32s(&[src as u32 * span + skip, dst as u32 * span + skip, words, 0]));
+            gpu.queue.write_buffer(&self.copy.params, 0, &u32s(&[src as u32 * span + skip, dst as u32 * span + skip, words, 0]));
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&self.copy.0);
+                pass.set_pipeline(&self.copy.pipeline);
                 let (x, y) = split(words.div_ceil(64));
-                for bg in &self.copy.1 {
+                for bg in &self.copy.layers {
                     pass.set_bind_group(0, bg, &[]);
                     pass.dispatch_workgroups(x, y, 1);
                 }
@@ -493,24 +509,17 @@ impl Session {
     fn run(&mut self, pieces: &[Piece], outs: &[(usize, usize)]) {
         let gpu = self.model.gpu.clone();
         let ctx = self.opts.ctx_size;
-        let mut tokens = Vec::new();
-        let mut seq = Vec::new();
-        let mut positions = Vec::new();
-        for p in pieces {
-            let p0 = self.pos[p.seq];
-            for (i, &tok) in p.tokens.iter().enumerate() {
-                tokens.push(tok);
-                seq.extend([(p0 + i) as u32, (p.seq * ctx) as u32]);
-                positions.push(p0 + i);
-            }
-        }
+        let tokens: Vec<u32> = pieces.iter().flat_map(|p| p.tokens.iter().copied()).collect();
+        // Per token: (position, first cache row of its sequence).
+        let seq: Vec<[u32; 2]> =
+            pieces.iter().flat_map(|p| (self.pos[p.seq]..self.pos[p.seq] + p.tokens.len()).map(move |pos| [pos as u32, (p.seq * ctx) as u32])).collect();
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
         gpu.queue.write_buffer(&self.step, 0, &u32s(&[t, 0, 0, 0]));
         gpu.queue.write_buffer(&self.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
         gpu.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(&tokens));
         gpu.queue.write_buffer(&self.seq, 0, bytemuck::cast_slice(&seq));
-        let table = rope_table(&self.model.inv_freq, self.model.attention_factor, positions);
+        let table = rope_table(&self.model.inv_freq, self.model.attention_factor, seq.iter().map(|s| s[0] as usize));
         gpu.queue.write_buffer(&self.rope, 0, bytemuck::cast_slice(&table));
         for p in pieces {
             self.pos[p.seq] += p.tokens.len();
@@ -543,24 +552,20 @@ impl Session {
     /// [`Session::output_logits`]. Returns the number of output rows.
     pub fn forward(&mut self, pieces: &[Piece]) -> Result<usize> {
         self.check(pieces)?;
-        let mut outs = Vec::new();
-        let mut row = 0;
+        // (first row, rows) ranges of the pass's tokens to keep; adjacent rows go together.
+        let mut outs: Vec<(usize, usize)> = Vec::new();
+        let mut end = 0;
         for p in pieces {
-            row += p.tokens.len();
+            end += p.tokens.len();
             if p.logits {
-                outs.push((row - 1, 1));
+                match outs.last_mut() {
+                    Some(last) if last.0 + last.1 == end - 1 => last.1 += 1,
+                    _ => outs.push((end - 1, 1)),
+                }
             }
         }
-        // Adjacent rows are copied together.
-        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(outs.len());
-        for (r, n) in outs {
-            match merged.last_mut() {
-                Some(last) if last.0 + last.1 == r => last.1 += n,
-                _ => merged.push((r, n)),
-            }
-        }
-        self.run(pieces, &merged);
-        Ok(merged.iter().map(|m| m.1).sum())
+        self.run(pieces, &outs);
+        Ok(outs.iter().map(|o| o.1).sum())
     }
 
     /// The greedy next token of the first `rows` output rows of the last pass (computed on the
@@ -572,10 +577,6 @@ impl Session {
 
     /// The logits of the first `rows` output rows of the last pass.
     pub async fn output_logits(&self, rows: usize) -> Result<Vec<Vec<f32>>> {
-        self.read_logits(rows).await
-    }
-
-    async fn read_logits(&self, rows: usize) -> Result<Vec<Vec<f32>>> {
         let v = self.model.cfg.vocab_size;
         let bytes = self.model.gpu.read(&self.logits, 0, (rows * v * 4) as u64).await?;
         let f: &[f32] = bytemuck::cast_slice(&bytes);
@@ -587,10 +588,9 @@ impl Session {
         self.check_seq(0, tokens)?;
         let mut out = Vec::with_capacity(tokens.len());
         for chunk in tokens.chunks(self.max_out) {
-            let piece = [Piece { seq: 0, tokens: chunk, logits: true }];
-            self.check(&piece)?;
-            self.run(&piece, &[(0, chunk.len())]);
-            out.extend(self.read_logits(chunk.len()).await?);
+            // Whole input checked above; chunks fit the pass and its logit rows.
+            self.run(&[Piece { seq: 0, tokens: chunk, logits: true }], &[(0, chunk.len())]);
+            out.extend(self.output_logits(chunk.len()).await?);
         }
         Ok(out)
     }
@@ -603,19 +603,17 @@ impl Session {
 
     /// Feeds `tokens` to sequence `seq`; the logits after the last one become output row 0.
     pub async fn feed_seq(&mut self, seq: usize, tokens: &[u32]) -> Result<()> {
-        if tokens.is_empty() {
-            return Err(Error::Input("no tokens to feed".into()));
-        }
         self.check_seq(seq, tokens)?;
+        // Whole input checked above; chunks fit the pass.
         for chunk in tokens.chunks(self.max_t) {
-            self.forward(&[Piece { seq, tokens: chunk, logits: true }])?;
+            self.run(&[Piece { seq, tokens: chunk, logits: true }], &[(chunk.len() - 1, 1)]);
         }
         Ok(())
     }
 
     /// The logits after the last fed token.
     pub async fn last_logits(&self) -> Result<Vec<f32>> {
-        Ok(self.read_logits(1).await?.remove(0))
+        Ok(self.output_logits(1).await?.remove(0))
     }
 
     /// The most likely next token after the last fed token (computed on the GPU).

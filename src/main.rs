@@ -21,6 +21,7 @@ mod cli {
     use tildeopen::model::LoadOptions;
     use tildeopen::tasks::Task;
     use tildeopen::tokenizer::Tokenizer;
+    use tildeopen::engine::kv_tokens_fit;
     use tildeopen::{fetch, ChatEngine, ChatOptions, Error, Model, Result, Session, SessionOptions};
 
     #[derive(Parser)]
@@ -337,7 +338,7 @@ mod cli {
         let kv_f16 = c.kv_cache == "f16";
         // Default context: the model's, at most 4096 and at most what one KV buffer can hold,
         // but never less than this command needs.
-        let fits = (model.gpu.max_binding - 4) as usize / (model.cfg.kv_dim() * if kv_f16 { 2 } else { 4 });
+        let fits = kv_tokens_fit(&model, kv_f16);
         let ctx = c
             .ctx_size
             .unwrap_or_else(|| model.cfg.max_position_embeddings.clamp(1, 4096).min(fits).max(min_ctx));
@@ -364,8 +365,7 @@ mod cli {
         }
         let l = load(c, 0)?;
         let tok = Tokenizer::load(&l.path)?;
-        let per_token = l.model.cfg.kv_dim() * if l.sess.kv_f16 { 2 } else { 4 };
-        let fits = ((l.model.gpu.max_binding - 4) as usize / per_token / parallel).max(2);
+        let fits = (kv_tokens_fit(&l.model, l.sess.kv_f16) / parallel).max(2);
         let opts = ChatOptions {
             ctx_size: Some(c.ctx_size.unwrap_or(l.sess.ctx_size.min(fits))),
             kv_f16: l.sess.kv_f16,

@@ -144,11 +144,12 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>) {
         }
         queue.retain(|j| !j.tx.is_closed());
         clients.retain(|&id, (tx, _)| {
-            if tx.is_closed() {
+            let gone = tx.is_closed();
+            if gone {
                 log::info!("client went away: generation stopped");
                 eng.cancel(id);
             }
-            !tx.is_closed()
+            !gone
         });
         while !queue.is_empty() && eng.has_free_slot() {
             let job = queue.pop_front().unwrap();
