@@ -62,10 +62,19 @@
     });
   }
 
-  function write(nodes, texts) {
+  // Changes the page's text without the MutationObserver taking it for new page content.
+  function quietly(f) {
     writing = true;
-    nodes.forEach((n, i) => { translated.set(n, texts[i]); if (showing === "translation") n.data = texts[i]; });
-    writing = false;
+    try { f(); } finally { writing = false; }
+  }
+
+  function write(nodes, texts) {
+    quietly(() => nodes.forEach((n, i) => { translated.set(n, texts[i]); if (showing === "translation") n.data = texts[i]; }));
+  }
+
+  // Undoes a block's partial streamed text: back to what the page showed before it.
+  function restore(nodes) {
+    quietly(() => nodes.forEach((n) => (n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n))));
   }
 
   function connect() {
@@ -76,7 +85,7 @@
     port.onDisconnect.addListener(() => {
       port = null;
       if (current) {
-        writing = true; current.nodes.forEach((n) => (n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n))); writing = false;
+        restore(current.nodes);
         queue.unshift({ el: current.el, nodes: current.nodes });
         current = null;
       }
@@ -92,14 +101,14 @@
     if (m.type === "delta") {
       current.text += m.text;
       // Stream into the block's first text node; the rest follows at the end of the block.
-      if (showing === "translation") { writing = true; current.nodes[0].data = current.text; writing = false; }
+      if (showing === "translation") quietly(() => (current.nodes[0].data = current.text));
     } else if (m.type === "done" || m.type === "error") {
       if (m.type === "done") {
         write(current.nodes, distribute(current.nodes, current.text.trim() ? current.text : current.nodes.map((n) => original.get(n)).join("")));
         stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
       } else {
         stats.error = m.message;
-        writing = true; current.nodes.forEach((n) => (n.data = original.get(n))); writing = false;
+        restore(current.nodes);
       }
       current = null;
       running = false;
@@ -138,17 +147,13 @@
   function translatePage(target) {
     if (target) stats.target = target;
     showing = "translation";
-    writing = true;
-    for (const [n, t] of translated) n.data = t;
-    writing = false;
+    quietly(() => { for (const [n, t] of translated) n.data = t; });
     enqueue(document.body);
   }
 
   function showOriginal() {
     showing = "original"; // the queue waits (pump() sends nothing) until "translate" again
-    writing = true;
-    for (const [n, o] of original) n.data = o;
-    writing = false;
+    quietly(() => { for (const [n, o] of original) n.data = o; });
     document.documentElement.setAttribute("data-tildeopen", "original");
   }
 
