@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use std::path::PathBuf;
 use std::process::Command;
-use tildeopen::loader::{ModelFiles, WeightFormat};
+use tildeopen::model::loader::{ModelFiles, WeightFormat};
 
 fn tmpdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tildeopen-test-{}-{name}", std::process::id()));
@@ -47,7 +47,7 @@ fn unsupported_tensor_type() {
     // Rewrite the type id of the first tensor to Q2_K (10).
     let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
     let mut src = std::fs::read(&path).unwrap();
-    let g = tildeopen::gguf::Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    let g = tildeopen::model::gguf::Gguf::parse(&src, src.len() as u64, "x").unwrap();
     let name = g.tensors[0].name.as_bytes().to_vec();
     let at = src.windows(name.len()).rposition(|w| w == name).unwrap() + name.len();
     let nd = u32::from_le_bytes(src[at..at + 4].try_into().unwrap()) as usize;

@@ -3,10 +3,10 @@
 
 mod common;
 use common::*;
-use tildeopen::api::{ChatRequest, Message};
+use tildeopen::chat::api::{ChatRequest, Message};
 use tildeopen::chat::{Event, Output};
-use tildeopen::engine::Piece;
-use tildeopen::tokenizer::Tokenizer;
+use tildeopen::gpu::session::Piece;
+use tildeopen::text::tokenizer::Tokenizer;
 use tildeopen::{ChatEngine, ChatOptions, Model, Session, SessionOptions};
 
 fn tiny() -> (Model, Tokenizer) {

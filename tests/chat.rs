@@ -5,10 +5,10 @@
 mod common;
 use common::*;
 use futures_util::StreamExt;
-use tildeopen::api::{ApiError, ChatRequest, FinishReason, Message, Stop};
-use tildeopen::tasks::Task;
-use tildeopen::template::ChatTemplate;
-use tildeopen::tokenizer::Tokenizer;
+use tildeopen::chat::api::{ApiError, ChatRequest, FinishReason, Message, Stop};
+use tildeopen::chat::tasks::Task;
+use tildeopen::text::template::ChatTemplate;
+use tildeopen::text::tokenizer::Tokenizer;
 use tildeopen::{ChatEngine, ChatOptions, Model, Session, SessionOptions};
 
 fn tiny() -> (Model, Tokenizer) {

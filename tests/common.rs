@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use tildeopen::gpu::{Gpu, GpuOptions};
-use tildeopen::loader::WeightFormat;
+use tildeopen::model::loader::WeightFormat;
 use tildeopen::model::LoadOptions;
 use tildeopen::Model;
 
@@ -110,5 +110,5 @@ pub fn smollm2() -> PathBuf {
     if let Some(p) = std::env::var_os("TILDEOPEN_SMOLLM2") {
         return PathBuf::from(p);
     }
-    tildeopen::fetch::default_model().expect("fetch SmolLM2")
+    tildeopen::model::fetch::default_model().expect("fetch SmolLM2")
 }

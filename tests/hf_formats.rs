@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use std::collections::HashMap;
-use tildeopen::loader::WeightFormat;
+use tildeopen::model::loader::WeightFormat;
 use tildeopen::{Model, Session, SessionOptions};
 
 fn logits(model: &Model, ids: &[u32]) -> Vec<Vec<f32>> {
@@ -65,7 +65,7 @@ fn load_time_formats() {
 /// here equals `llama-quantize`'s GGUF of the same checkpoint, block for block.
 #[test]
 fn load_time_quantization_matches_llama_cpp() {
-    use tildeopen::loader::ModelFiles;
+    use tildeopen::model::loader::ModelFiles;
     let dir = fixtures().join("models/tiny-tildeopen");
     for (fmt, file) in [("q8_0", "model-Q8_0.gguf"), ("q4_0", "model-Q4_0.gguf")] {
         let hf = ModelFiles::open(&dir, WeightFormat::parse(fmt).unwrap()).unwrap();

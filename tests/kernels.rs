@@ -6,10 +6,10 @@
 mod common;
 use common::*;
 use std::borrow::Cow;
-use tildeopen::engine::apply_matrix;
-use tildeopen::loader::HostTensor;
+use tildeopen::gpu::session::apply_matrix;
+use tildeopen::model::loader::HostTensor;
 use tildeopen::model::GpuMatrix;
-use tildeopen::quant::{dequantize_row, GgmlType};
+use tildeopen::model::quant::{dequantize_row, GgmlType};
 
 struct Vectors {
     bytes: Vec<u8>,

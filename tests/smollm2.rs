@@ -44,7 +44,7 @@ fn perplexity_within_one_percent_of_llama_cpp() {
     let model = load(&path, None);
     let mut s = Session::new(&model, SessionOptions { ctx_size: 128, ..Default::default() }).unwrap();
     let bos = if tok.add_bos { tok.bos } else { None };
-    let r = pollster::block_on(tildeopen::perplexity::perplexity(&mut s, &ids, 128, bos, |_, _| {})).unwrap();
+    let r = pollster::block_on(tildeopen::chat::perplexity::perplexity(&mut s, &ids, 128, bos, |_, _| {})).unwrap();
     let rel = (r.ppl - LLAMA_PERPLEXITY_C128_CHUNKS3).abs() / LLAMA_PERPLEXITY_C128_CHUNKS3;
     println!("PPL {:.4} vs llama.cpp {LLAMA_PERPLEXITY_C128_CHUNKS3}: {:.3}% apart ({} chunks, {} scored)", r.ppl, rel * 100.0, r.chunks, r.scored);
     assert_eq!((r.chunks, r.scored), (3, 189));

@@ -3,7 +3,7 @@
 mod common;
 
 use common::fixtures;
-use tildeopen::tokenizer::{StreamDecoder, Tokenizer};
+use tildeopen::text::tokenizer::{StreamDecoder, Tokenizer};
 
 #[derive(serde::Deserialize)]
 struct Line {

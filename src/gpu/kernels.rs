@@ -3,7 +3,7 @@
 //! linked with `bytes.wgsl` and the weight type's `dequant8`/`dot32`;
 //! variants (accumulate into the output, f16 or f32 KV cache) are `override` constants.
 
-use crate::quant::GgmlType;
+use crate::model::quant::GgmlType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

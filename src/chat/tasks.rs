@@ -2,7 +2,7 @@
 //! messages, and [`OutputFilter`] turns the model's answer into the plain text the response
 //! format asks for (no preamble, no wrapping quotes), streaming or not.
 
-use crate::api::Message;
+use crate::chat::api::Message;
 use serde::{Deserialize, Serialize};
 
 /// A task; serialised with `"type"`: `translate`, `ask`, `summarise`.

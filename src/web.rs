@@ -7,15 +7,15 @@
 //! Requests and responses cross the boundary as plain JS objects (serde-wasm-bindgen); errors
 //! are `Error`s whose message is the JSON error body.
 
-use crate::api::{ApiError, ChatRequest};
+use crate::chat::api::{ApiError, ChatRequest};
 use crate::chat::{ChatEngine, ChatOptions, ChatStream};
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::model::gguf::Gguf;
 use crate::gpu::{Gpu, GpuOptions};
 use crate::model::{Model, TensorSource};
-use crate::tensor::{HostTensor, WeightFormat};
+use crate::model::tensor::{HostTensor, WeightFormat};
 use std::collections::HashMap;
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -95,7 +95,7 @@ impl TensorSource for RemoteGguf<'_> {
         self.io.range(&self.url, info.offset, info.offset + info.size, &mut self.buf).await?;
         self.loaded += info.size;
         (self.progress)(self.loaded, name);
-        crate::gguf::host_tensor(&info, &self.buf, rows, cols, &self.cfg)
+        crate::model::gguf::host_tensor(&info, &self.buf, rows, cols, &self.cfg)
     }
     fn has(&self, name: &str) -> bool {
         self.gguf.tensor(name).is_some()
@@ -129,7 +129,7 @@ impl RemoteHf<'_> {
 
 impl TensorSource for RemoteHf<'_> {
     async fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
-        let hf = crate::loader_names::hf_name(name);
+        let hf = crate::model::names::hf_name(name);
         let (url, (dtype, shape, start, end)) = match self.find(&hf) {
             Some((s, t)) => (s.url.clone(), t.clone()),
             None => return Err(Error::Shape(format!("checkpoint lacks tensor {hf}"))),
@@ -142,14 +142,14 @@ impl TensorSource for RemoteHf<'_> {
         if (r, c) != (rows, cols) {
             return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
         }
-        let ty = crate::tensor::safetensors_dtype(&dtype, &hf)?;
+        let ty = crate::model::tensor::safetensors_dtype(&dtype, &hf)?;
         self.io.range(&url, start, end, &mut self.buf).await?;
         self.loaded += end - start;
         (self.progress)(self.loaded, name);
-        crate::tensor::from_checkpoint(ty, &self.buf, rows, cols, self.format)
+        crate::model::tensor::from_checkpoint(ty, &self.buf, rows, cols, self.format)
     }
     fn has(&self, name: &str) -> bool {
-        self.find(&crate::loader_names::hf_name(name)).is_some()
+        self.find(&crate::model::names::hf_name(name)).is_some()
     }
 }
 
@@ -361,7 +361,7 @@ impl WasmEngine {
 
     /// The messages a task object (`{type: "translate", text, source, target, ...}`) builds.
     pub fn task_request(task: JsValue) -> std::result::Result<JsValue, JsValue> {
-        let t: crate::tasks::Task = serde_wasm_bindgen::from_value(task).map_err(|e| js_error(&ApiError::invalid(format!("malformed task: {e}"), Some("task"))))?;
+        let t: crate::chat::tasks::Task = serde_wasm_bindgen::from_value(task).map_err(|e| js_error(&ApiError::invalid(format!("malformed task: {e}"), Some("task"))))?;
         Ok(to_js(&ChatRequest::task(t)))
     }
 

@@ -3,7 +3,7 @@
 //! out, as `response-format.md` defines them.
 
 use crate::error::Error;
-use crate::tasks::Task;
+use crate::chat::tasks::Task;
 use serde::{Deserialize, Serialize};
 
 /// One chat message.
@@ -209,9 +209,9 @@ impl ChatRequest {
     }
 
     /// The sampling settings this request asks for.
-    pub fn sampling(&self) -> crate::sampling::SamplingParams {
-        let d = crate::sampling::SamplingParams::default();
-        crate::sampling::SamplingParams {
+    pub fn sampling(&self) -> crate::chat::sampling::SamplingParams {
+        let d = crate::chat::sampling::SamplingParams::default();
+        crate::chat::sampling::SamplingParams {
             temperature: self.temperature.unwrap_or(d.temperature),
             top_p: self.top_p.unwrap_or(d.top_p),
             top_k: self.top_k.unwrap_or(0).max(0) as usize,

@@ -1,11 +1,11 @@
 //! Model weights on the GPU. Every matrix keeps its block layout and is split by rows into as
 //! many buffers as the device's binding limit requires.
 
-use crate::config::ModelConfig;
+use crate::model::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::tensor::HostTensor;
-use crate::quant::GgmlType;
+use crate::model::tensor::HostTensor;
+use crate::model::quant::GgmlType;
 
 /// A run of whole rows of a matrix in one buffer.
 #[derive(Clone)]
@@ -169,7 +169,7 @@ impl Model {
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
     use super::*;
-    use crate::loader::{ModelFiles, WeightFormat};
+    use crate::model::loader::{ModelFiles, WeightFormat};
     use crate::gpu::GpuOptions;
     use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! and submits it once. A session holds one or more sequences (each its own span of the KV
 //! cache); one pass can extend several of them at once (continuous batching).
 
-use crate::config::rope_table;
+use crate::model::config::rope_table;
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{matvec_lanes, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;

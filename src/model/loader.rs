@@ -1,14 +1,14 @@
 //! Model files on disk (native): GGUF files and HF checkpoint directories, read tensor by tensor
 //! from memory maps so the host never holds a second copy of the model.
 
-use crate::config::ModelConfig;
+use crate::model::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
-pub use crate::tensor::HostTensor;
+use crate::model::gguf::Gguf;
+pub use crate::model::tensor::HostTensor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use crate::tensor::WeightFormat;
+pub use crate::model::tensor::WeightFormat;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::Io { path: path.display().to_string(), source }
@@ -81,7 +81,7 @@ impl ModelFiles {
                     .tensor(name)
                     .ok_or_else(|| Error::Shape(format!("GGUF {} lacks tensor {name}", path.display())))?;
                 let data = &map[info.offset as usize..(info.offset + info.size) as usize];
-                crate::gguf::host_tensor(info, data, rows, cols, cfg)?
+                crate::model::gguf::host_tensor(info, data, rows, cols, cfg)?
             }
             ModelFiles::Hf(h) => h.tensor(name, rows, cols)?,
         };
@@ -89,7 +89,7 @@ impl ModelFiles {
     }
 }
 
-use crate::loader_names::hf_name;
+use crate::model::names::hf_name;
 
 impl HfDir {
     fn open(dir: &Path, format: WeightFormat) -> Result<Self> {
@@ -146,7 +146,7 @@ impl HfDir {
         if (r, c) != (rows, cols) {
             return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
         }
-        let src_ty = crate::tensor::safetensors_dtype(&format!("{:?}", view.dtype()), &hf)?;
-        crate::tensor::from_checkpoint(src_ty, view.data(), rows, cols, self.format)
+        let src_ty = crate::model::tensor::safetensors_dtype(&format!("{:?}", view.dtype()), &hf)?;
+        crate::model::tensor::from_checkpoint(src_ty, view.data(), rows, cols, self.format)
     }
 }

@@ -1,7 +1,7 @@
 //! A weight on the host, in a GPU-ready layout (shared by the native loader and the web).
 
 use crate::error::{Error, Result};
-use crate::quant::{self, GgmlType};
+use crate::model::quant::{self, GgmlType};
 use std::borrow::Cow;
 
 /// `rows` rows of `cols` elements of `ty`, in llama.cpp's block layout.

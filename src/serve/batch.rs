@@ -6,7 +6,7 @@
 //! last complete line. Requests run several at a time (the engine's parallel slots), their
 //! decode steps batched on the GPU.
 
-use crate::api::{ApiError, ChatRequest};
+use crate::chat::api::{ApiError, ChatRequest};
 use crate::chat::{ChatEngine, Output, RequestId};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, HashMap};

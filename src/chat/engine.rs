@@ -6,14 +6,14 @@
 //! that carries the next token of every decoding request plus prompt chunks of requests still
 //! prefilling, then hands out the chunks and completions that became ready.
 
-use crate::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
-use crate::engine::{kv_tokens_fit, Piece, Session, SessionOptions};
+use crate::chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
+use crate::gpu::session::{kv_tokens_fit, Piece, Session, SessionOptions};
 use crate::error::Result;
 use crate::model::Model;
-use crate::sampling::Sampler;
-use crate::tasks::OutputFilter;
-use crate::template::ChatTemplate;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::chat::sampling::Sampler;
+use crate::chat::tasks::OutputFilter;
+use crate::text::template::ChatTemplate;
+use crate::text::tokenizer::{StreamDecoder, Tokenizer};
 use futures_util::Stream;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -3,9 +3,9 @@
 //! (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`), or, for a model
 //! without one (TildeOpen base), [`TILDEOPEN_TEMPLATE`].
 
-use crate::api::Message;
+use crate::chat::api::Message;
 use crate::error::{Error, Result};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 
 /// The built-in template for models that ship none: Tilde's instruction format
 /// `<|user|>...<|user|><|assistant|>...<|assistant|>`, bos first, a system message prepended to

@@ -1,10 +1,10 @@
 //! GGUF v2/v3 parsing: header, metadata and tensor directory. Tensor data stays where it is and
 //! is read tensor by tensor by the loader.
 
-use crate::config::{ModelConfig, RopeScaling};
+use crate::model::config::{ModelConfig, RopeScaling};
 use crate::error::{Error, Result};
-use crate::quant::GgmlType;
-use crate::tensor::HostTensor;
+use crate::model::quant::GgmlType;
+use crate::model::tensor::HostTensor;
 use std::borrow::Cow;
 use std::collections::HashMap;
 

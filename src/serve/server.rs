@@ -7,7 +7,7 @@
 //! order (FIFO: nobody starves). HTTP handlers only parse, queue and relay. A client that goes
 //! away stops its generation at the next token.
 
-use crate::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest};
+use crate::chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest};
 use crate::chat::{self, ChatEngine, Output, RequestId};
 use crate::error::Result;
 use axum::body::Bytes;

@@ -8,11 +8,10 @@
 //! `llama_tokenize(parse_special = false)`), [`Tokenizer::encode_chat`] does (for rendered chat
 //! templates). [`StreamDecoder`] turns generated ids into text pieces that are always valid UTF-8.
 
-pub mod spm;
 
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, Value};
-use spm::{PieceType, SpmKind, SpmModel};
+use crate::model::gguf::{Gguf, Value};
+use super::spm::{PieceType, SpmKind, SpmModel};
 
 enum Backend {
     Spm(Box<SpmModel>),
@@ -370,10 +369,10 @@ impl Tokenizer {
         if name.ends_with(".model") {
             return Self::from_spm_bytes(&read(path)?, &path.display().to_string());
         }
-        let files = crate::loader::ModelFiles::open(path, crate::loader::WeightFormat::Q8_0)?;
+        let files = crate::model::loader::ModelFiles::open(path, crate::model::loader::WeightFormat::Q8_0)?;
         match &files {
-            crate::loader::ModelFiles::Gguf { gguf, .. } => Self::from_gguf(gguf),
-            crate::loader::ModelFiles::Hf(_) => unreachable!("directories handled above"),
+            crate::model::loader::ModelFiles::Gguf { gguf, .. } => Self::from_gguf(gguf),
+            crate::model::loader::ModelFiles::Hf(_) => unreachable!("directories handled above"),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! chunks of `n_ctx` (the remainder dropped), each chunk evaluated from an empty cache (its first
 //! token replaced by bos when the tokenizer adds one), and the second half of every chunk scored.
 
-use crate::engine::Session;
+use crate::gpu::session::Session;
 use crate::error::{Error, Result};
 
 /// The result of [`perplexity`].

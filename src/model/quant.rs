@@ -105,16 +105,16 @@ impl GgmlType {
     /// types share `dot32_generic.wgsl`).
     pub fn wgsl(self) -> &'static str {
         match self {
-            Self::F32 => include_str!("../shaders/quant/f32.wgsl"),
-            Self::F16 => include_str!("../shaders/quant/f16.wgsl"),
-            Self::BF16 => include_str!("../shaders/quant/bf16.wgsl"),
-            Self::Q4_0 => include_str!("../shaders/quant/q4_0.wgsl"),
-            Self::Q4_1 => include_str!("../shaders/quant/q4_1.wgsl"),
-            Self::Q5_0 => include_str!("../shaders/quant/q5_0.wgsl"),
-            Self::Q8_0 => include_str!("../shaders/quant/q8_0.wgsl"),
-            Self::Q4K => include_str!("../shaders/quant/q4_k.wgsl"),
-            Self::Q5K => include_str!("../shaders/quant/q5_k.wgsl"),
-            Self::Q6K => include_str!("../shaders/quant/q6_k.wgsl"),
+            Self::F32 => include_str!("../../shaders/quant/f32.wgsl"),
+            Self::F16 => include_str!("../../shaders/quant/f16.wgsl"),
+            Self::BF16 => include_str!("../../shaders/quant/bf16.wgsl"),
+            Self::Q4_0 => include_str!("../../shaders/quant/q4_0.wgsl"),
+            Self::Q4_1 => include_str!("../../shaders/quant/q4_1.wgsl"),
+            Self::Q5_0 => include_str!("../../shaders/quant/q5_0.wgsl"),
+            Self::Q8_0 => include_str!("../../shaders/quant/q8_0.wgsl"),
+            Self::Q4K => include_str!("../../shaders/quant/q4_k.wgsl"),
+            Self::Q5K => include_str!("../../shaders/quant/q5_k.wgsl"),
+            Self::Q6K => include_str!("../../shaders/quant/q6_k.wgsl"),
         }
     }
 

@@ -1,0 +1,274 @@
+//! Model tools: `logits`, `complete`, `bench`, `info`, `fetch`, `tokenize`, `perplexity`.
+
+use super::{load, model_path, read_text, Common};
+use clap::Subcommand;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+use tildeopen::gpu::GpuOptions;
+use tildeopen::model::fetch;
+use tildeopen::text::tokenizer::Tokenizer;
+use tildeopen::{Error, Result, Session, SessionOptions};
+
+#[derive(Subcommand)]
+pub enum ToolCmd {
+    /// Print token ids (no bos/eos added). --model may be a bare tokenizer.model or tokenizer.json.
+    Tokenize {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, conflicts_with = "jsonl")]
+        text: Option<String>,
+        /// Read {"text": ...} lines on stdin, print {"ids": [...]} lines.
+        #[arg(long)]
+        jsonl: bool,
+    },
+    /// Perplexity of a text file, as llama.cpp's llama-perplexity computes it.
+    Perplexity {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        file: PathBuf,
+        /// Tokens per chunk (the second half of each is scored).
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// Score at most this many chunks.
+        #[arg(long)]
+        chunks: Option<usize>,
+    },
+    /// Print the GPU adapter and its limits (fails if there is none).
+    Info {
+        #[arg(long)]
+        max_binding_size: Option<u64>,
+    },
+    /// Download the default demo model if needed and print its path.
+    Fetch,
+    /// Print the logits at every position of one causal forward pass as JSON.
+    Logits {
+        #[command(flatten)]
+        common: Common,
+        /// Comma-separated token ids.
+        #[arg(long)]
+        tokens: String,
+    },
+    /// Continue token ids (--tokens) or a text (--prompt, tokenized without a template).
+    Complete {
+        #[command(flatten)]
+        common: Common,
+        /// Comma-separated token ids.
+        #[arg(long, required_unless_present = "prompt", conflicts_with = "prompt")]
+        tokens: Option<String>,
+        /// Text, tokenized as is (bos added when the tokenizer adds one).
+        #[arg(long)]
+        prompt: Option<String>,
+        #[arg(long, default_value_t = 32)]
+        max_tokens: usize,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop after the model's end-of-sequence token.
+        #[arg(long)]
+        stop_at_eos: bool,
+        /// Print {"ids": [...], "text": ...} instead of the text (or one id per line).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure prefill and decode speed (medians over --repeat runs).
+    Bench {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 512)]
+        prompt_tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        gen_tokens: usize,
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        #[arg(long)]
+        json: bool,
+        /// Also print GPU time per kernel (each kernel then runs on its own: slower overall).
+        #[arg(long)]
+        profile: bool,
+    },
+}
+
+pub fn run(cmd: ToolCmd) -> Result<()> {
+    match cmd {
+        ToolCmd::Info { max_binding_size } => {
+            let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size }))?;
+            let l = &gpu.limits;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "adapter": gpu.info.name, "backend": format!("{:?}", gpu.info.backend),
+                    "driver": gpu.info.driver, "device_type": format!("{:?}", gpu.info.device_type),
+                    "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
+                    "max_buffer_size": l.max_buffer_size, "engine_max_binding": gpu.max_binding,
+                })
+            );
+        }
+        ToolCmd::Fetch => println!("{}", fetch::default_model()?.display()),
+        ToolCmd::Logits { common, tokens } => {
+            let ids = parse_ids(&tokens)?;
+            let l = load(&common, ids.len())?;
+            let mut s = Session::new(&l.model, l.sess)?;
+            let logits = pollster::block_on(s.logits_all(&ids))?;
+            println!("{}", serde_json::json!({ "logits": logits }));
+        }
+        ToolCmd::Complete { common, tokens, prompt, max_tokens, temperature, seed, stop_at_eos, json } => {
+            if !(0.0..=100.0).contains(&temperature) {
+                return Err(Error::Input(format!("temperature {temperature} out of range")));
+            }
+            let path = model_path(&common)?;
+            let tok = match &prompt {
+                Some(_) => Some(Tokenizer::load(&path)?),
+                None => None,
+            };
+            let ids = match (&tokens, &prompt, &tok) {
+                (Some(t), _, _) => parse_ids(t)?,
+                (None, Some(p), Some(tok)) => {
+                    let mut ids = tok.encode(p)?;
+                    if let (true, Some(b)) = (tok.add_bos, tok.bos) {
+                        ids.insert(0, b);
+                    }
+                    ids
+                }
+                _ => unreachable!("clap requires one of --tokens, --prompt"),
+            };
+            if ids.is_empty() {
+                return Err(Error::Input("the prompt is empty".into()));
+            }
+            let l = load(&Common { model: Some(path), ..common }, ids.len() + max_tokens)?;
+            let mut s = Session::new(&l.model, l.sess)?;
+            let stop = match (&tok, stop_at_eos) {
+                (_, false) => vec![],
+                (Some(t), true) => t.eog.clone(),
+                (None, true) => l.model.cfg.eos_token_ids.clone(),
+            };
+            let out = if temperature == 0.0 {
+                pollster::block_on(s.generate_greedy(&ids, max_tokens, &stop))?
+            } else {
+                pollster::block_on(s.generate_sampled(&ids, max_tokens, &stop, temperature, seed))?
+            };
+            let text = match &tok {
+                Some(t) => Some(t.decode(&out)?),
+                None => Tokenizer::load(&l.path).ok().and_then(|t| t.decode(&out).ok()),
+            };
+            if json {
+                println!("{}", serde_json::json!({ "ids": out, "text": text }));
+            } else if prompt.is_some() {
+                println!("{}", text.unwrap_or_default());
+            } else {
+                for id in out {
+                    println!("{id}");
+                }
+            }
+        }
+        ToolCmd::Tokenize { model, text, jsonl } => {
+            let path = match model {
+                Some(p) => p,
+                None => fetch::default_model()?,
+            };
+            let tok = Tokenizer::load(&path)?;
+            if jsonl {
+                let mut out = std::io::stdout().lock();
+                for (i, line) in std::io::stdin().lock().lines().enumerate() {
+                    let line = line.map_err(|e| Error::Io { path: "stdin".into(), source: e })?;
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| Error::Input(format!("stdin line {}: {e}", i + 1)))?;
+                    let t = v.get("text").and_then(|t| t.as_str()).ok_or_else(|| Error::Input(format!("stdin line {}: no \"text\" string", i + 1)))?;
+                    writeln!(out, "{}", serde_json::json!({ "ids": tok.encode(t)? })).ok();
+                }
+            } else {
+                let t = text.ok_or_else(|| Error::Input("give --text or --jsonl".into()))?;
+                println!("{}", serde_json::json!({ "ids": tok.encode(&t)? }));
+            }
+        }
+        ToolCmd::Perplexity { common, file, ctx, chunks } => {
+            let text = read_text(&file)?;
+            let path = model_path(&common)?;
+            let tok = Tokenizer::load(&path)?;
+            let mut ids = tok.encode(&text)?;
+            if let Some(n) = chunks {
+                ids.truncate(n * ctx);
+            }
+            let l = load(&Common { model: Some(path), ctx_size: Some(ctx), ..common }, ctx)?;
+            let mut s = Session::new(&l.model, SessionOptions { max_batch: ctx.min(512), ..l.sess })?;
+            let bos = if tok.add_bos { tok.bos } else { None };
+            let n = ids.len() / ctx.max(1);
+            eprintln!("{} tokens, {n} chunks of {ctx}", ids.len());
+            let r = pollster::block_on(tildeopen::chat::perplexity::perplexity(&mut s, &ids, ctx, bos, |i, p| {
+                eprintln!("[{}/{n}] {p:.4}", i + 1);
+            }))?;
+            println!("chunks: {}, scored tokens: {}", r.chunks, r.scored);
+            println!("PPL = {:.4}", r.ppl);
+        }
+        ToolCmd::Bench { common, prompt_tokens, gen_tokens, repeat, json, profile } => {
+            let l = load(&common, prompt_tokens + gen_tokens)?;
+            let mut s = Session::new(&l.model, l.sess)?;
+            if profile {
+                s.enable_profile();
+            }
+            let vocab = l.model.cfg.vocab_size as u32;
+            let prompt: Vec<u32> = (0..prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+            // Warm-up: compiles every pipeline (matmul, matvec, attention) on a short run.
+            s.reset();
+            pollster::block_on(s.feed(&prompt[..prompt.len().min(8)]))?;
+            pollster::block_on(s.feed(&[1]))?;
+            pollster::block_on(s.last_argmax())?;
+            let (mut pre, mut dec) = (vec![], vec![]);
+            for _ in 0..repeat.max(1) {
+                s.reset();
+                let t0 = Instant::now();
+                pollster::block_on(s.feed(&prompt))?;
+                let mut tok = pollster::block_on(s.last_argmax())?;
+                let t1 = Instant::now();
+                for _ in 0..gen_tokens {
+                    pollster::block_on(s.feed(&[tok]))?;
+                    tok = pollster::block_on(s.last_argmax())?;
+                }
+                let t2 = Instant::now();
+                pre.push(prompt_tokens as f64 / (t1 - t0).as_secs_f64());
+                dec.push(gen_tokens as f64 / (t2 - t1).as_secs_f64());
+            }
+            let (p, d) = (median(&mut pre), median(&mut dec));
+            if let Some(prof) = s.profile() {
+                let mut v: Vec<_> = prof.iter().collect();
+                v.sort_by(|a, b| b.1.total_cmp(a.1));
+                for (k, t) in v {
+                    eprintln!("{k:>10}: {t:8.3} s");
+                }
+            }
+            let info = &l.model.gpu.info;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "prefill_tok_s": p, "decode_tok_s": d,
+                        "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeat": repeat,
+                        "adapter": info.name, "backend": format!("{:?}", info.backend),
+                        "weights_bytes": l.model.weight_bytes,
+                    })
+                );
+            } else {
+                println!("adapter: {} ({:?})", info.name, info.backend);
+                println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse::<u32>().map_err(|_| Error::Input(format!("bad token id {p:?}"))))
+        .collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -1,0 +1,202 @@
+//! The GPU context: adapter and device with the adapter's real limits, buffer helpers and
+//! asynchronous readback (awaited on the web, polled natively).
+
+use crate::error::{Error, Result};
+use wgpu::util::DeviceExt;
+
+/// Options for opening the GPU.
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Caps the storage binding size (and so every buffer) below the adapter's limit, to test
+    /// tensor splitting on any machine.
+    pub max_binding_size: Option<u64>,
+}
+
+/// A device and queue plus the limits the engine plans with. Cloning shares the device and its
+/// compiled pipelines.
+#[derive(Clone)]
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    /// The largest buffer the engine creates: min(maxStorageBufferBindingSize, maxBufferSize,
+    /// the cap), rounded down to 256 bytes.
+    pub max_binding: u64,
+    pub kernels: std::sync::Arc<super::kernels::Kernels>,
+    /// Set (with the reason) when the device is lost; every later GPU call fails.
+    pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Gpu {
+    /// Opens the best adapter with its own limits (not WebGPU's defaults).
+    pub async fn new(opts: &GpuOptions) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| Error::Gpu(format!("no usable GPU adapter (WebGPU/Vulkan/Metal/DX12): {e}")))?;
+        let info = adapter.get_info();
+        let al = adapter.limits();
+        let mut limits = wgpu::Limits::downlevel_defaults();
+        limits.max_storage_buffer_binding_size = al.max_storage_buffer_binding_size;
+        limits.max_buffer_size = al.max_buffer_size;
+        limits.max_storage_buffers_per_shader_stage = al.max_storage_buffers_per_shader_stage.min(10);
+        limits.max_compute_workgroup_storage_size = al.max_compute_workgroup_storage_size;
+        limits.max_compute_invocations_per_workgroup = al.max_compute_invocations_per_workgroup.min(256);
+        limits.max_compute_workgroup_size_x = al.max_compute_workgroup_size_x.min(256);
+        limits.max_compute_workgroup_size_y = al.max_compute_workgroup_size_y.min(256);
+        limits.max_compute_workgroups_per_dimension = al.max_compute_workgroups_per_dimension;
+        let need = [
+            ("maxComputeInvocationsPerWorkgroup", limits.max_compute_invocations_per_workgroup as u64, 256),
+            ("maxComputeWorkgroupSizeX", limits.max_compute_workgroup_size_x as u64, 256),
+            ("maxComputeWorkgroupStorageSize", limits.max_compute_workgroup_storage_size as u64, 16896),
+            ("maxStorageBuffersPerShaderStage", limits.max_storage_buffers_per_shader_stage as u64, 4),
+        ];
+        for (name, have, want) in need {
+            if have < want {
+                return Err(Error::Gpu(format!("adapter {} has {name} = {have}, need {want}", info.name)));
+            }
+        }
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tildeopen"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::Gpu(format!("cannot open device on {}: {e}", info.name)))?;
+        let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        if let Some(cap) = opts.max_binding_size {
+            max_binding = max_binding.min(cap);
+        }
+        max_binding &= !255;
+        if max_binding < 256 {
+            return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
+        }
+        #[allow(clippy::arc_with_non_send_sync)] // wgpu's web types are !Send; wasm is single-threaded
+        let kernels = std::sync::Arc::new(super::kernels::Kernels::new(&device));
+        let lost = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let l = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut g) = l.lock() {
+                *g = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost })
+    }
+
+    /// An error when the device has been lost (the model must be loaded again).
+    pub fn check_lost(&self) -> Result<()> {
+        match self.lost.lock().ok().and_then(|g| g.clone()) {
+            Some(why) => Err(Error::Gpu(format!("device lost ({why}): load the model again"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A storage buffer of `size` bytes (rounded up to 4, plus 4 bytes of padding so unaligned
+    /// block reads of the last word stay in bounds).
+    pub fn storage(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
+        let padded = (size.div_ceil(4) + 1) * 4;
+        if padded > self.max_binding + 4 || padded > self.limits.max_buffer_size {
+            return Err(Error::Gpu(format!(
+                "{label}: a buffer of {size} bytes exceeds the device's binding limit of {} bytes",
+                self.max_binding
+            )));
+        }
+        Ok(self.buffer_padded(label, padded))
+    }
+
+    /// A storage buffer bound by the device's real limits only, not the engine's cap (for tools
+    /// and tests that feed kernels directly).
+    pub fn storage_uncapped(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let padded = (data.len() as u64).div_ceil(4) * 4 + 4;
+        if padded > self.limits.max_storage_buffer_binding_size {
+            return Err(Error::Gpu(format!("{label}: {padded} bytes exceed the device's binding limit")));
+        }
+        let buf = self.buffer_padded(label, padded);
+        let mut v = data.to_vec();
+        v.resize(padded as usize, 0);
+        self.queue.write_buffer(&buf, 0, &v);
+        Ok(buf)
+    }
+
+    fn buffer_padded(&self, label: &str, padded: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: padded,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// A storage buffer initialised with `data`.
+    pub fn storage_init(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
+        let buf = self.storage(label, data.len() as u64)?;
+        let whole = data.len() & !3;
+        if whole > 0 {
+            self.queue.write_buffer(&buf, 0, &data[..whole]);
+        }
+        if whole < data.len() {
+            let mut tail = [0u8; 4];
+            tail[..data.len() - whole].copy_from_slice(&data[whole..]);
+            self.queue.write_buffer(&buf, whole as u64, &tail);
+        }
+        Ok(buf)
+    }
+
+    /// A uniform buffer holding `data` (padded to 16 bytes).
+    pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        let mut v = data.to_vec();
+        v.resize(data.len().div_ceil(16).max(1) * 16, 0);
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: &v,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        })
+    }
+
+    /// Waits for queued work natively (the browser runs it on its own).
+    pub fn flush(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// Copies `size` bytes at `offset` of `src` back to the host.
+    pub async fn read(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = futures_channel::oneshot::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.flush();
+        rx.await
+            .map_err(|_| Error::Gpu("device lost during readback".into()))?
+            .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?;
+        let data = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?
+            .to_vec();
+        staging.unmap();
+        Ok(data)
+    }
+}
