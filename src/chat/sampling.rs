@@ -62,7 +62,7 @@ impl Sampler {
                 *seen.entry(t).or_insert(0) += 1;
             }
         }
-        Sampler { p, rng: seed ^ 0x9E37_79B9_7F4A_7C15, seen, generated: HashMap::new() }
+        Sampler { p, rng: seed ^ crate::util::GOLDEN, seen, generated: HashMap::new() }
     }
 
     /// Whether [`Sampler::sample`] needs the logits (otherwise the GPU argmax is the answer).
@@ -79,13 +79,7 @@ impl Sampler {
     }
 
     fn next_f64(&mut self) -> f64 {
-        // splitmix64
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        crate::util::splitmix64_f64(&mut self.rng)
     }
 
     /// The next token from the last position's logits (modified in place by the penalties).

@@ -648,19 +648,13 @@ impl Session {
         seed: u64,
     ) -> Result<Vec<u32>> {
         self.feed(prompt).await?;
-        let mut rng = seed ^ 0x9E37_79B9_7F4A_7C15;
+        let mut rng = seed ^ crate::util::GOLDEN;
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             let logits = self.last_logits().await?;
             let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             let w: Vec<f64> = logits.iter().map(|&l| (((l - max) / temperature) as f64).exp()).collect();
-            // splitmix64
-            rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = rng;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            let mut r = (z >> 11) as f64 / (1u64 << 53) as f64 * w.iter().sum::<f64>();
+            let mut r = crate::util::splitmix64_f64(&mut rng) * w.iter().sum::<f64>();
             let mut next = (w.len() - 1) as u32;
             for (i, p) in w.iter().enumerate() {
                 if r < *p {

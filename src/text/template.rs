@@ -3,7 +3,6 @@
 //! (`trim_blocks`, `lstrip_blocks`, Python string methods, `raise_exception`), or, for a model
 //! without one (TildeOpen base), [`TILDEOPEN_TEMPLATE`].
 
-use crate::chat::api::Message;
 use crate::error::{Error, Result};
 use crate::text::tokenizer::Tokenizer;
 
@@ -72,9 +71,10 @@ impl ChatTemplate {
         Ok(ChatTemplate { env, builtin, bos_token, eos_token, stop_ids })
     }
 
-    /// The prompt text for `messages`, ending with the assistant's turn opening when
+    /// The prompt text for `messages` (objects with `role` and `content`, such as the chat layer's
+    /// `Message`), ending with the assistant's turn opening when
     /// `add_generation_prompt`.
-    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+    pub fn render<M: serde::Serialize>(&self, messages: &[M], add_generation_prompt: bool) -> Result<String> {
         let t = self.env.get_template("chat").expect("added in new()");
         t.render(minijinja::context! {
             messages => messages,
