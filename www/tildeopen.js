@@ -12,6 +12,7 @@
 // 32 MiB pieces, so a reload does not download them again (clearCache() forgets them).
 
 import init, { WasmEngine } from "./pkg/tildeopen.js";
+import { serialQueue, chunkStream } from "./util.js";
 
 const CACHE = "tildeopen-weights-v1";
 const PIECE = 32 << 20;
@@ -126,12 +127,7 @@ export async function createEngineInThread(opts) {
     throw parseError(e);
   }
   // wasm methods borrow the engine: run calls one at a time.
-  let queue = Promise.resolve();
-  const serial = (f) => {
-    const r = queue.then(f);
-    queue = r.catch(() => {});
-    return r;
-  };
+  const serial = serialQueue();
 
   // The engine holds one stream; each JS stream has a token and only the active one may use it.
   let active = 0, nextToken = 1;
@@ -139,28 +135,18 @@ export async function createEngineInThread(opts) {
 
   function streamOf(req, signal) {
     const token = nextToken++;
-    let started = false, done = false;
-    const finish = () => {
-      if (done) return Promise.resolve();
-      done = true;
-      return serial(async () => { if (active === token) { wasm.cancel(); active = 0; } });
-    };
-    return {
-      [Symbol.asyncIterator]() { return this; },
-      async next() {
-        if (done) return { done: true, value: undefined };
-        if (signal?.aborted) { await finish(); return { done: true, value: undefined }; }
-        return serial(async () => {
-          if (done) return { done: true, value: undefined };
-          if (!started) { started = true; active = token; await wasm.start_stream(req); }
-          else if (active !== token) { done = true; throw superseded(); }
-          const chunk = await wasm.next_chunk();
-          if (chunk === undefined) { done = true; active = 0; return { done: true, value: undefined }; }
-          return { done: false, value: chunk };
-        });
-      },
-      async return() { await finish(); return { done: true, value: undefined }; },
-    };
+    let started = false;
+    const pull = (state) =>
+      serial(async () => {
+        if (state.done) return { done: true, value: undefined };
+        if (!started) { started = true; active = token; await wasm.start_stream(req); }
+        else if (active !== token) { state.done = true; throw superseded(); }
+        const chunk = await wasm.next_chunk();
+        if (chunk === undefined) { state.done = true; active = 0; return { done: true, value: undefined }; }
+        return { done: false, value: chunk };
+      });
+    const cancel = () => serial(async () => { if (active === token) { wasm.cancel(); active = 0; } });
+    return chunkStream(pull, cancel, signal);
   }
 
   async function create(request) {

@@ -1,5 +1,6 @@
 // The page side of a worker engine: the same API as createEngineInThread, every call a message.
 import { taskRequest } from "./tildeopen.js";
+import { chunkStream } from "./util.js";
 
 export async function createWorkerEngine(opts) {
   const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
@@ -32,19 +33,7 @@ export async function createWorkerEngine(opts) {
     if (!req.stream) return call("create", req);
     const streamId = next++;
     await call("create", { ...req, streamId });
-    let done = false;
-    const finish = async () => { if (!done) { done = true; await call("return", { streamId }); } };
-    return {
-      [Symbol.asyncIterator]() { return this; },
-      async next() {
-        if (done) return { done: true, value: undefined };
-        if (signal?.aborted) { await finish(); return { done: true, value: undefined }; }
-        const r = await call("next", { streamId });
-        if (r.done) done = true;
-        return r;
-      },
-      async return() { await finish(); return { done: true, value: undefined }; },
-    };
+    return chunkStream(() => call("next", { streamId }), () => call("return", { streamId }), signal);
   }
   const task = (type) => (args) => create(taskRequest(type, args));
   return {

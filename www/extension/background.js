@@ -3,6 +3,7 @@
 import { createEngineInThread } from "./tildeopen.js";
 import { getSettings } from "./settings.js";
 import DEFAULTS from "./defaults.js";
+import { serialQueue } from "./util.js";
 
 // Defaults baked in by scripts/build-extension fill in what the options page has not set
 // (content scripts read chrome.storage directly).
@@ -12,7 +13,6 @@ chrome.storage.local.get(Object.keys(DEFAULTS)).then((s) => {
 });
 
 let engine = null, engineUrl = null, loading = null;
-let busy = Promise.resolve();
 
 async function getEngine(onProgress) {
   const { modelUrl } = await getSettings();
@@ -32,11 +32,7 @@ async function getEngine(onProgress) {
 }
 
 // One block at a time across all tabs (the engine answers one request at a time anyway).
-function serial(f) {
-  const r = busy.then(f);
-  busy = r.catch(() => {});
-  return r;
-}
+const serial = serialQueue();
 
 chrome.runtime.onConnect.addListener((port) => {
   if (port.name !== "translate") return;
