@@ -134,14 +134,7 @@ impl TensorSource for RemoteHf<'_> {
             Some((s, t)) => (s.url.clone(), t.clone()),
             None => return Err(Error::Shape(format!("checkpoint lacks tensor {hf}"))),
         };
-        let (r, c) = match shape.as_slice() {
-            [n] => (1, *n),
-            [r, c] => (*r, *c),
-            _ => return Err(Error::Shape(format!("{hf} has shape {shape:?}"))),
-        };
-        if (r, c) != (rows, cols) {
-            return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
-        }
+        crate::model::tensor::check_shape(&hf, &shape, rows, cols)?;
         let ty = crate::model::tensor::safetensors_dtype(&dtype, &hf)?;
         self.io.range(&url, start, end, &mut self.buf).await?;
         self.loaded += end - start;
@@ -257,13 +250,7 @@ impl WasmEngine {
             let gc = fetch_text(&io, &format!("{base}generation_config.json")).await.ok();
             tokenizer.apply_hf_configs(tc.as_deref(), gc.as_deref()).map_err(engine_error)?;
             let files: Vec<String> = match fetch_text(&io, &format!("{base}model.safetensors.index.json")).await {
-                Ok(t) => {
-                    let v: serde_json::Value = serde_json::from_str(&t).map_err(|e| engine_error(Error::corrupt("model.safetensors.index.json", e.to_string())))?;
-                    let mut f: Vec<String> = v["weight_map"].as_object().map(|m| m.values().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default();
-                    f.sort();
-                    f.dedup();
-                    f
-                }
+                Ok(t) => crate::model::tensor::index_shards(&t, "model.safetensors.index.json").map_err(engine_error)?,
                 Err(_) => vec!["model.safetensors".into()],
             };
             let mut shards = Vec::new();

@@ -98,15 +98,7 @@ impl HfDir {
         let index_path = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index_path.exists() {
             let text = std::fs::read_to_string(&index_path).map_err(io_err(&index_path))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::corrupt(index_path.display().to_string(), e.to_string()))?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
-                Error::corrupt(index_path.display().to_string(), "no weight_map object")
-            })?;
-            let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
-            names.sort();
-            names.dedup();
-            names.iter().map(|n| dir.join(n)).collect()
+            crate::model::tensor::index_shards(&text, &index_path.display().to_string())?.iter().map(|n| dir.join(n)).collect()
         } else {
             vec![dir.join("model.safetensors")]
         };
@@ -137,15 +129,7 @@ impl HfDir {
         let st = safetensors::SafeTensors::deserialize(map)
             .map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
         let view = st.tensor(&hf).map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
-        let shape = view.shape();
-        let (r, c) = match shape {
-            [n] => (1, *n),
-            [r, c] => (*r, *c),
-            _ => return Err(Error::Shape(format!("{hf} has shape {shape:?}"))),
-        };
-        if (r, c) != (rows, cols) {
-            return Err(Error::Shape(format!("{hf} is {r}x{c}, expected {rows}x{cols}")));
-        }
+        crate::model::tensor::check_shape(&hf, view.shape(), rows, cols)?;
         let src_ty = crate::model::tensor::safetensors_dtype(&format!("{:?}", view.dtype()), &hf)?;
         crate::model::tensor::from_checkpoint(src_ty, view.data(), rows, cols, self.format)
     }

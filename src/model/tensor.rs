@@ -81,3 +81,27 @@ pub fn from_checkpoint(src_ty: GgmlType, data: &[u8], rows: usize, cols: usize, 
     }
     Ok(HostTensor { ty: target, rows, cols, data: Cow::Owned(out) })
 }
+
+/// The shard files an HF `model.safetensors.index.json` (`text`, read from `what`) lists in its
+/// `weight_map`, sorted, each once.
+pub fn index_shards(text: &str, what: &str) -> Result<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::corrupt(what, "no weight_map object"))?;
+    let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// A safetensors tensor's shape (`[n]` or `[rows, cols]`) is the `rows x cols` the model expects.
+pub fn check_shape(name: &str, shape: &[usize], rows: usize, cols: usize) -> Result<()> {
+    let (r, c) = match shape {
+        [n] => (1, *n),
+        [r, c] => (*r, *c),
+        _ => return Err(Error::Shape(format!("{name} has shape {shape:?}"))),
+    };
+    if (r, c) != (rows, cols) {
+        return Err(Error::Shape(format!("{name} is {r}x{c}, expected {rows}x{cols}")));
+    }
+    Ok(())
+}
