@@ -4,11 +4,11 @@
 //! and submits it once. A session holds one or more sequences (each its own span of the KV
 //! cache); one pass can extend several of them at once (continuous batching).
 
-use crate::model::config::rope_table;
+use crate::model::config::{rope_table, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{matvec_lanes, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;
-use crate::model::{GpuMatrix, Model};
+use crate::model::{GpuMatrix, Layer, Model};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -187,39 +187,16 @@ struct KvCopy {
     params: wgpu::Buffer,
 }
 
-/// One or more sequences' state on the GPU.
-pub struct Session {
-    /// A cheap handle (GPU buffers are reference-counted): the session owns no weights.
-    model: Model,
-    opts: SessionOptions,
-    /// Tokens in the KV cache, per sequence.
-    pos: Vec<usize>,
+/// How big a session's buffers are: tokens per pass, logit rows per pass, bytes of one layer's
+/// K (or V) cache. Checked against the device's binding limit before anything is allocated.
+struct Sizes {
     max_t: usize,
     max_out: usize,
-    step: wgpu::Buffer,
-    step_out: wgpu::Buffer,
-    tokens: wgpu::Buffer,
-    /// Per token of a pass: (position, first cache row of its sequence).
-    seq: wgpu::Buffer,
-    rope: wgpu::Buffer,
-    xb: wgpu::Buffer,
-    xout: wgpu::Buffer,
-    logits: wgpu::Buffer,
-    argmax: wgpu::Buffer,
-    body: Vec<Op>,
-    head: Vec<Op>,
-    copy: KvCopy,
-    profile: Option<HashMap<&'static str, f64>>,
+    kv_bytes: u64,
 }
 
-fn u32s(v: &[u32]) -> Vec<u8> {
-    bytemuck::cast_slice(v).to_vec()
-}
-
-impl Session {
-    pub fn new(model: &Model, opts: SessionOptions) -> Result<Self> {
-        let model = model.clone();
-        let model = &model;
+impl Sizes {
+    fn check(model: &Model, opts: &SessionOptions) -> Result<Sizes> {
         let c = &model.cfg;
         let gpu = &model.gpu;
         let maxb = gpu.max_binding - 4;
@@ -251,91 +228,209 @@ impl Session {
                 "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
             )));
         }
-        let f32b = |n: usize| (n * 4) as u64;
-        let act = |name: &str, width: usize| gpu.storage(name, f32b(max_t * width));
-        let x = act("x", c.hidden_size)?;
-        let xb = act("xb", c.hidden_size)?;
-        let q = act("q", c.q_dim())?;
-        let k = act("k", c.kv_dim())?;
-        let v = act("v", c.kv_dim())?;
-        let att = act("att", c.q_dim())?;
-        let g = act("gate", c.intermediate_size)?;
-        let u = act("up", c.intermediate_size)?;
-        let xout = gpu.storage("xout", f32b(max_out * c.hidden_size))?;
-        let logits = gpu.storage("logits", f32b(max_out * c.vocab_size))?;
-        let argmax = gpu.storage("argmax", (max_out * 4) as u64)?;
-        let tokens = gpu.storage("tokens", (max_t * 4) as u64)?;
-        let seq = gpu.storage("seq", (max_t * 8) as u64)?;
-        let rope = gpu.storage("rope", f32b(max_t * c.head_dim))?;
-        let step = gpu.uniform("step", &[0; 16]);
-        let step_out = gpu.uniform("step_out", &[0; 16]);
+        Ok(Sizes { max_t, max_out, kv_bytes })
+    }
+}
 
-        let b = Builder::new(gpu);
-        let param = |bytes: Vec<u8>| b.param(bytes);
-        let op = |k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch| b.op(k, bufs, d);
-        let mat_ops = |out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer| {
-            b.mat(out, m, x, y, acc, stride, step)
-        };
-        let mut body = Vec::new();
-        let mut head = Vec::new();
-        let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
-        b.embed(&mut body, &model.embed, &tokens, &x, &step);
-        let mut norm_p = u32s(&[h]);
-        norm_p.extend_from_slice(&c.rms_norm_eps.to_le_bytes());
-        let norm_p = param(norm_p);
-        let rope_q = param(u32s(&[c.num_heads as u32, c.head_dim as u32]));
-        let rope_k = param(u32s(&[c.num_kv_heads as u32, c.head_dim as u32]));
-        let kv_p = param(u32s(&[kvd]));
-        let mut attn_p = u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]);
-        attn_p.extend_from_slice(&(1.0 / (c.head_dim as f32).sqrt()).to_le_bytes());
-        let attn_p = param(attn_p);
-        let ffn_p = param(u32s(&[ffn]));
-        let f16 = opts.kv_f16;
-        let copy_p = gpu.uniform("copy", &[0; 16]);
-        let mut copies = Vec::new();
-        for layer in &model.layers {
-            let kc = gpu.storage("k_cache", kv_bytes)?;
-            let vc = gpu.storage("v_cache", kv_bytes)?;
-            copies.push(gpu.kernels.bind(Kernel::KvCopy, &[&kc, &vc, &copy_p]));
-            body.push(op(Kernel::RmsNorm, &[&layer.attn_norm, &x, &xb, &norm_p, &step], Dispatch::PerToken));
-            mat_ops(&mut body, &layer.wq, &xb, &q, false, qd, &step);
-            mat_ops(&mut body, &layer.wk, &xb, &k, false, kvd, &step);
-            mat_ops(&mut body, &layer.wv, &xb, &v, false, kvd, &step);
-            let half = c.head_dim as u32 / 2;
-            body.push(op(Kernel::Rope, &[&rope, &q, &rope_q, &step], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
-            body.push(op(Kernel::Rope, &[&rope, &k, &rope_k, &step], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
-            body.push(op(Kernel::KvStore { f16 }, &[&k, &v, &kc, &vc, &seq, &kv_p, &step], Dispatch::Kv { pairs: kvd / 2 }));
-            body.push(op(Kernel::Attention { f16 }, &[&q, &kc, &vc, &att, &seq, &attn_p, &step], Dispatch::Attn { heads: c.num_heads as u32 }));
-            mat_ops(&mut body, &layer.wo, &att, &x, true, h, &step);
-            body.push(op(Kernel::RmsNorm, &[&layer.ffn_norm, &x, &xb, &norm_p, &step], Dispatch::PerToken));
-            mat_ops(&mut body, &layer.w_gate, &xb, &g, false, ffn, &step);
-            mat_ops(&mut body, &layer.w_up, &xb, &u, false, ffn, &step);
-            body.push(op(Kernel::SwiGlu, &[&u, &g, &ffn_p, &step], Dispatch::Threads { per_token: ffn }));
-            mat_ops(&mut body, &layer.w_down, &g, &x, true, h, &step);
+/// The buffers a pass reads and writes besides the weights: per-step inputs, activations (one
+/// row per token of the pass), the output head's rows, and each layer's KV cache.
+struct Buffers {
+    /// Tokens in this pass (`step`) and logit rows (`step_out`).
+    step: wgpu::Buffer,
+    step_out: wgpu::Buffer,
+    tokens: wgpu::Buffer,
+    /// Per token of a pass: (position, first cache row of its sequence).
+    seq: wgpu::Buffer,
+    rope: wgpu::Buffer,
+    x: wgpu::Buffer,
+    xb: wgpu::Buffer,
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    att: wgpu::Buffer,
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    xout: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    argmax: wgpu::Buffer,
+    /// (K, V) per layer.
+    kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+}
+
+impl Buffers {
+    fn alloc(model: &Model, s: &Sizes) -> Result<Buffers> {
+        let c = &model.cfg;
+        let gpu = &model.gpu;
+        let f32b = |n: usize| (n * 4) as u64;
+        let act = |name: &str, width: usize| gpu.storage(name, f32b(s.max_t * width));
+        let mut kv = Vec::with_capacity(model.layers.len());
+        for _ in &model.layers {
+            kv.push((gpu.storage("k_cache", s.kv_bytes)?, gpu.storage("v_cache", s.kv_bytes)?));
         }
-        body.push(op(Kernel::RmsNorm, &[&model.out_norm, &x, &xb, &norm_p, &step], Dispatch::PerToken));
-        mat_ops(&mut head, model.lm_head(), &xout, &logits, false, c.vocab_size as u32, &step_out);
-        let am_p = param(u32s(&[c.vocab_size as u32]));
-        head.push(op(Kernel::Argmax, &[&logits, &argmax, &am_p, &step_out], Dispatch::PerToken));
-        let pos = vec![0; opts.sequences];
-        let copy = KvCopy { pipeline: gpu.kernels.pipeline(Kernel::KvCopy), layers: copies, params: copy_p };
+        Ok(Buffers {
+            step: gpu.uniform("step", &[0; 16]),
+            step_out: gpu.uniform("step_out", &[0; 16]),
+            tokens: gpu.storage("tokens", (s.max_t * 4) as u64)?,
+            seq: gpu.storage("seq", (s.max_t * 8) as u64)?,
+            rope: act("rope", c.head_dim)?,
+            x: act("x", c.hidden_size)?,
+            xb: act("xb", c.hidden_size)?,
+            q: act("q", c.q_dim())?,
+            k: act("k", c.kv_dim())?,
+            v: act("v", c.kv_dim())?,
+            att: act("att", c.q_dim())?,
+            gate: act("gate", c.intermediate_size)?,
+            up: act("up", c.intermediate_size)?,
+            xout: gpu.storage("xout", f32b(s.max_out * c.hidden_size))?,
+            logits: gpu.storage("logits", f32b(s.max_out * c.vocab_size))?,
+            argmax: gpu.storage("argmax", (s.max_out * 4) as u64)?,
+            kv,
+        })
+    }
+}
+
+/// The uniform blocks the layers' ops share (model constants only).
+struct Params {
+    norm: wgpu::Buffer,
+    rope_q: wgpu::Buffer,
+    rope_k: wgpu::Buffer,
+    kv: wgpu::Buffer,
+    attn: wgpu::Buffer,
+    ffn: wgpu::Buffer,
+    argmax: wgpu::Buffer,
+}
+
+impl Params {
+    fn new(b: &Builder, c: &ModelConfig) -> Params {
+        let with_f32 = |mut head: Vec<u8>, v: f32| {
+            head.extend_from_slice(&v.to_le_bytes());
+            head
+        };
+        Params {
+            norm: b.param(with_f32(u32s(&[c.hidden_size as u32]), c.rms_norm_eps)),
+            rope_q: b.param(u32s(&[c.num_heads as u32, c.head_dim as u32])),
+            rope_k: b.param(u32s(&[c.num_kv_heads as u32, c.head_dim as u32])),
+            kv: b.param(u32s(&[c.kv_dim() as u32])),
+            attn: b.param(with_f32(
+                u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]),
+                1.0 / (c.head_dim as f32).sqrt(),
+            )),
+            ffn: b.param(u32s(&[c.intermediate_size as u32])),
+            argmax: b.param(u32s(&[c.vocab_size as u32])),
+        }
+    }
+}
+
+/// The recorded forward pass: the body runs on every token of a pass, the head (final norm
+/// output rows -> logits -> argmax) on the rows whose logits are kept.
+struct Pass {
+    body: Vec<Op>,
+    head: Vec<Op>,
+}
+
+impl Builder<'_> {
+    /// The whole forward pass: embedding, every decoder layer, then the output head.
+    fn forward(&self, model: &Model, bufs: &Buffers, p: &Params, kv_f16: bool) -> Pass {
+        let mut body = Vec::new();
+        self.embed(&mut body, &model.embed, &bufs.tokens, &bufs.x, &bufs.step);
+        for (layer, kv) in model.layers.iter().zip(&bufs.kv) {
+            self.layer(&mut body, &model.cfg, layer, kv, bufs, p, kv_f16);
+        }
+        let mut head = Vec::new();
+        self.head(&mut body, &mut head, model, bufs, p);
+        Pass { body, head }
+    }
+
+    /// One decoder layer, in the order of its equations (x is the residual stream):
+    ///   xb = rmsnorm(x) * attn_norm
+    ///   q, k, v = Wq xb, Wk xb, Wv xb
+    ///   q, k = rope(q), rope(k);  K[pos], V[pos] = k, v
+    ///   att = softmax(q K^T / sqrt(head_dim)) V   (grouped-query: heads share KV heads)
+    ///   x += Wo att
+    ///   xb = rmsnorm(x) * ffn_norm
+    ///   x += Wdown (silu(Wgate xb) * (Wup xb))
+    #[allow(clippy::too_many_arguments)]
+    fn layer(
+        &self,
+        ops: &mut Vec<Op>,
+        c: &ModelConfig,
+        l: &Layer,
+        (kc, vc): &(wgpu::Buffer, wgpu::Buffer),
+        b: &Buffers,
+        p: &Params,
+        f16: bool,
+    ) {
+        let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
+        let half = c.head_dim as u32 / 2;
+        let st = &b.step;
+        ops.push(self.op(Kernel::RmsNorm, &[&l.attn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
+        self.mat(ops, &l.wq, &b.xb, &b.q, false, qd, st);
+        self.mat(ops, &l.wk, &b.xb, &b.k, false, kvd, st);
+        self.mat(ops, &l.wv, &b.xb, &b.v, false, kvd, st);
+        ops.push(self.op(Kernel::Rope, &[&b.rope, &b.q, &p.rope_q, st], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
+        ops.push(self.op(Kernel::Rope, &[&b.rope, &b.k, &p.rope_k, st], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
+        ops.push(self.op(Kernel::KvStore { f16 }, &[&b.k, &b.v, kc, vc, &b.seq, &p.kv, st], Dispatch::Kv { pairs: kvd / 2 }));
+        ops.push(self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 }));
+        self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
+        ops.push(self.op(Kernel::RmsNorm, &[&l.ffn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
+        self.mat(ops, &l.w_gate, &b.xb, &b.gate, false, ffn, st);
+        self.mat(ops, &l.w_up, &b.xb, &b.up, false, ffn, st);
+        ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
+        self.mat(ops, &l.w_down, &b.gate, &b.x, true, h, st);
+    }
+
+    /// The output head: the final norm runs in the body (on every token, into `xb`); the kept
+    /// rows are copied to `xout` between the two, then logits = lm_head xout and their argmax.
+    fn head(&self, body: &mut Vec<Op>, head: &mut Vec<Op>, model: &Model, b: &Buffers, p: &Params) {
+        body.push(self.op(Kernel::RmsNorm, &[&model.out_norm, &b.x, &b.xb, &p.norm, &b.step], Dispatch::PerToken));
+        self.mat(head, model.lm_head(), &b.xout, &b.logits, false, model.cfg.vocab_size as u32, &b.step_out);
+        head.push(self.op(Kernel::Argmax, &[&b.logits, &b.argmax, &p.argmax, &b.step_out], Dispatch::PerToken));
+    }
+}
+
+/// One or more sequences' state on the GPU.
+pub struct Session {
+    /// A cheap handle (GPU buffers are reference-counted): the session owns no weights.
+    model: Model,
+    opts: SessionOptions,
+    /// Tokens in the KV cache, per sequence.
+    pos: Vec<usize>,
+    max_t: usize,
+    max_out: usize,
+    bufs: Buffers,
+    pass: Pass,
+    copy: KvCopy,
+    profile: Option<HashMap<&'static str, f64>>,
+}
+
+fn u32s(v: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(v).to_vec()
+}
+
+impl Session {
+    /// Checks the sizes against the device's limits, allocates the buffers, then records the
+    /// forward pass once (pipelines and bind groups are reused by every step).
+    pub fn new(model: &Model, opts: SessionOptions) -> Result<Self> {
+        let sizes = Sizes::check(model, &opts)?;
+        let bufs = Buffers::alloc(model, &sizes)?;
+        let gpu = &model.gpu;
+        let b = Builder::new(gpu);
+        let params = Params::new(&b, &model.cfg);
+        let pass = b.forward(model, &bufs, &params, opts.kv_f16);
+        let copy_p = gpu.uniform("copy", &[0; 16]);
+        let copy = KvCopy {
+            pipeline: gpu.kernels.pipeline(Kernel::KvCopy),
+            layers: bufs.kv.iter().map(|(kc, vc)| gpu.kernels.bind(Kernel::KvCopy, &[kc, vc, &copy_p])).collect(),
+            params: copy_p,
+        };
         Ok(Session {
             model: model.clone(),
+            pos: vec![0; opts.sequences],
             opts,
-            pos,
-            max_t,
-            max_out,
-            step,
-            step_out,
-            tokens,
-            seq,
-            rope,
-            xb,
-            xout,
-            logits,
-            argmax,
-            body,
-            head,
+            max_t: sizes.max_t,
+            max_out: sizes.max_out,
+            bufs,
+            pass,
             copy,
             profile: None,
         })
@@ -475,7 +570,7 @@ impl Session {
         let row = (self.model.cfg.hidden_size * 4) as u64;
         let mut dst = 0;
         for &(src, n) in outs {
-            enc.copy_buffer_to_buffer(&self.xb, src as u64 * row, &self.xout, dst * row, n as u64 * row);
+            enc.copy_buffer_to_buffer(&self.bufs.xb, src as u64 * row, &self.bufs.xout, dst * row, n as u64 * row);
             dst += n as u64;
         }
     }
@@ -492,12 +587,12 @@ impl Session {
             gpu.flush();
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         };
-        for op in &self.body {
+        for op in &self.pass.body {
             let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
             time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t));
         }
         time(&mut prof, "copy", &|enc| self.record_copies(enc, outs));
-        for op in &self.head {
+        for op in &self.pass.head {
             let name = if n_out <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
             time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out));
         }
@@ -515,12 +610,12 @@ impl Session {
             pieces.iter().flat_map(|p| (self.pos[p.seq]..self.pos[p.seq] + p.tokens.len()).map(move |pos| [pos as u32, (p.seq * ctx) as u32])).collect();
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
-        gpu.queue.write_buffer(&self.step, 0, &u32s(&[t, 0, 0, 0]));
-        gpu.queue.write_buffer(&self.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
-        gpu.queue.write_buffer(&self.tokens, 0, bytemuck::cast_slice(&tokens));
-        gpu.queue.write_buffer(&self.seq, 0, bytemuck::cast_slice(&seq));
+        gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, 0, 0, 0]));
+        gpu.queue.write_buffer(&self.bufs.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
+        gpu.queue.write_buffer(&self.bufs.tokens, 0, bytemuck::cast_slice(&tokens));
+        gpu.queue.write_buffer(&self.bufs.seq, 0, bytemuck::cast_slice(&seq));
         let table = rope_table(&self.model.inv_freq, self.model.attention_factor, seq.iter().map(|s| s[0] as usize));
-        gpu.queue.write_buffer(&self.rope, 0, bytemuck::cast_slice(&table));
+        gpu.queue.write_buffer(&self.bufs.rope, 0, bytemuck::cast_slice(&table));
         for p in pieces {
             self.pos[p.seq] += p.tokens.len();
         }
@@ -532,14 +627,14 @@ impl Session {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
-            for op in &self.body {
+            for op in &self.pass.body {
                 op.record(&mut pass, t);
             }
         }
         if n_out > 0 {
             self.record_copies(&mut enc, outs);
             let mut pass = enc.begin_compute_pass(&Default::default());
-            for op in &self.head {
+            for op in &self.pass.head {
                 op.record(&mut pass, n_out as u32);
             }
         }
@@ -571,14 +666,14 @@ impl Session {
     /// The greedy next token of the first `rows` output rows of the last pass (computed on the
     /// GPU: 4 bytes a row are read back).
     pub async fn output_argmax(&self, rows: usize) -> Result<Vec<u32>> {
-        let b = self.model.gpu.read(&self.argmax, 0, (rows * 4) as u64).await?;
+        let b = self.model.gpu.read(&self.bufs.argmax, 0, (rows * 4) as u64).await?;
         Ok(bytemuck::cast_slice(&b).to_vec())
     }
 
     /// The logits of the first `rows` output rows of the last pass.
     pub async fn output_logits(&self, rows: usize) -> Result<Vec<Vec<f32>>> {
         let v = self.model.cfg.vocab_size;
-        let bytes = self.model.gpu.read(&self.logits, 0, (rows * v * 4) as u64).await?;
+        let bytes = self.model.gpu.read(&self.bufs.logits, 0, (rows * v * 4) as u64).await?;
         let f: &[f32] = bytemuck::cast_slice(&bytes);
         Ok(f.chunks(v).map(|r| r.to_vec()).collect())
     }
