@@ -12,6 +12,7 @@ use crate::chat::{ChatEngine, ChatOptions, ChatStream};
 use crate::error::{Error, Result};
 use crate::model::gguf::Gguf;
 use crate::gpu::{Gpu, GpuOptions};
+use crate::gpu::session::{default_ctx_size, kv_row_bytes, kv_tokens_fit, DEFAULT_CTX_CAP};
 use crate::model::{Model, TensorSource};
 use crate::model::tensor::{HostTensor, WeightFormat};
 use std::collections::HashMap;
@@ -261,15 +262,22 @@ impl WasmEngine {
             (cfg, tokenizer, None, shards)
         };
         let gpu = Gpu::new(&GpuOptions::default()).await.map_err(engine_error)?;
-        let ctx_size = opt("ctxSize").and_then(|v| v.as_f64()).map(|v| v as usize).unwrap_or(4096).min(cfg.max_position_embeddings.max(2));
         let kv_f16 = opt("kvF16").and_then(|v| v.as_bool()).unwrap_or(true);
-        let kv_bytes = (ctx_size * cfg.kv_dim() * if kv_f16 { 2 } else { 4 }) as u64;
-        if kv_bytes + 4 > gpu.max_binding {
-            return Err(engine_error(Error::Gpu(format!(
-                "a {ctx_size}-token KV cache needs {kv_bytes}-byte buffers; this device binds at most {} bytes: ask for a smaller ctxSize",
-                gpu.max_binding
-            ))));
-        }
+        // Checked before any weight is downloaded.
+        let ctx_size = match opt("ctxSize").and_then(|v| v.as_f64()) {
+            None => default_ctx_size(&cfg, gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP),
+            Some(v) => {
+                let ctx_size = (v as usize).min(cfg.max_position_embeddings.max(2));
+                if ctx_size > kv_tokens_fit(&cfg, gpu.max_binding, kv_f16) {
+                    return Err(engine_error(Error::Gpu(format!(
+                        "a {ctx_size}-token KV cache needs {}-byte buffers; this device binds at most {} bytes: ask for a smaller ctxSize",
+                        ctx_size * kv_row_bytes(&cfg, kv_f16),
+                        gpu.max_binding
+                    ))));
+                }
+                ctx_size
+            }
+        };
         report(0, "header");
         let model = match gguf {
             Some(gguf) => {

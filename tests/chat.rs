@@ -143,6 +143,15 @@ fn finish_reasons_stops_context_and_seeds() {
     let body = e.body();
     assert!(body.get("choices").is_none() && body["error"]["message"].as_str().unwrap().contains("96"));
     assert!(pollster::block_on(eng.stream(&greedy(&long, 4))).is_err());
+    // A giant prompt is refused from a bound on its letters, before it is tokenized whole;
+    // whitespace (which normalizers may collapse) never counts towards that bound.
+    let giant = "abcdefgh".repeat(2_000_000);
+    let e: ApiError = pollster::block_on(eng.complete(&greedy(&giant, 4))).unwrap_err();
+    assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
+    assert!(e.message.contains("are at least"), "{}", e.message);
+    let spaces = format!("hi{}", " ".repeat(200_000));
+    let e: ApiError = pollster::block_on(eng.complete(&greedy(&spaces, 4))).unwrap_err();
+    assert!(!e.message.contains("are at least"), "{}", e.message);
     // A prompt that fits but runs out of room while generating ends with "length".
     let fits = "word ".repeat(14);
     let c = pollster::block_on(eng.complete(&greedy(&fits, 500))).unwrap();

@@ -315,10 +315,19 @@ impl ApiError {
     }
 
     pub fn context_length(prompt_tokens: usize, ctx: usize) -> Self {
+        Self::too_long(format!("are {prompt_tokens} tokens"), ctx)
+    }
+
+    /// A prompt known to be over the context without tokenizing it whole.
+    pub fn context_length_at_least(prompt_tokens: usize, ctx: usize) -> Self {
+        Self::too_long(format!("are at least {prompt_tokens} tokens"), ctx)
+    }
+
+    fn too_long(what: String, ctx: usize) -> Self {
         ApiError {
             status: 400,
             message: format!(
-                "the request's messages are {prompt_tokens} tokens, which does not fit in the context window of {ctx} tokens (room is needed for at least one generated token)"
+                "the request's messages {what}, which does not fit in the context window of {ctx} tokens (room is needed for at least one generated token)"
             ),
             kind: "invalid_request_error".into(),
             param: Some("messages".into()),

@@ -7,7 +7,7 @@
 //! prefilling, then hands out the chunks and completions that became ready.
 
 use crate::chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
-use crate::gpu::session::{kv_tokens_fit, Piece, Session, SessionOptions};
+use crate::gpu::session::{default_ctx_size, Piece, Session, SessionOptions};
 use crate::error::Result;
 use crate::model::Model;
 use crate::chat::sampling::Sampler;
@@ -80,8 +80,6 @@ pub struct Event {
 /// A span of the KV cache that one request at a time uses; what it holds stays for the next
 /// request with the same prefix (a chat's earlier turns).
 struct Slot {
-    /// The tokens whose keys and values are in this slot's cache.
-    cached: Vec<u32>,
     busy: bool,
     /// When it was last given out (least recently used slots are reused first).
     used: u64,
@@ -103,11 +101,79 @@ struct Active {
     content: String,
 }
 
+/// Turns requests into prompts, in one direction: validate (with a cheap size bound) ->
+/// render the template -> tokenize. Holds no engine state, so it can run on any thread while
+/// the engine keeps generating.
+#[derive(Clone)]
+pub struct Prompter {
+    tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    /// The engine's context window.
+    ctx: usize,
+    max_piece_bytes: usize,
+}
+
+/// A request ready for a slot: its prompt's token ids and what generation needs from it.
+pub struct Prepared {
+    pub prompt: Vec<u32>,
+    max_tokens: Option<u64>,
+    sampling: crate::chat::sampling::SamplingParams,
+    stops: Vec<String>,
+    task: Option<crate::chat::tasks::Task>,
+    include_usage: bool,
+}
+
+impl Prompter {
+    /// Validates the request, renders and tokenizes its prompt, and checks it fits the context
+    /// window. A prompt whose letters and digits alone are more tokens than the context is
+    /// rejected before it is tokenized.
+    pub fn prepare(&self, req: &ChatRequest) -> std::result::Result<Prepared, ApiError> {
+        req.validate()?;
+        let text = self.render(req)?;
+        let at_least = text.chars().filter(|c| c.is_alphanumeric()).count() / self.max_piece_bytes;
+        if at_least >= self.ctx {
+            return Err(ApiError::context_length_at_least(at_least, self.ctx));
+        }
+        let prompt = self.tokenize(&text)?;
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("the request renders to an empty prompt".into(), Some("messages")));
+        }
+        if prompt.len() >= self.ctx {
+            return Err(ApiError::context_length(prompt.len(), self.ctx));
+        }
+        Ok(Prepared {
+            prompt,
+            max_tokens: req.max_tokens,
+            sampling: req.sampling(),
+            stops: req.stop_strings(),
+            task: req.task.clone(),
+            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        })
+    }
+
+    /// The prompt text a request renders to.
+    pub fn render(&self, req: &ChatRequest) -> std::result::Result<String, ApiError> {
+        let messages: Vec<Message> = req.effective_messages();
+        Ok(self.template.render(&messages, true)?)
+    }
+
+    /// The token ids of a rendered prompt (bos added when the tokenizer wants one and the
+    /// template did not).
+    pub fn tokenize(&self, text: &str) -> std::result::Result<Vec<u32>, ApiError> {
+        let mut ids = self.tokenizer.encode_chat(text)?;
+        if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        Ok(ids)
+    }
+}
+
 /// A model ready to answer chat requests: tokenizer, template and one session with a KV-cache
 /// slot per parallel request.
 pub struct ChatEngine {
-    tokenizer: Tokenizer,
-    template: ChatTemplate,
+    prompter: Prompter,
     session: Session,
     name: String,
     stop_ids: Vec<u32>,
@@ -181,11 +247,10 @@ impl ChatEngine {
     /// A chat engine on `model` (a cheap handle is kept) with its tokenizer.
     pub fn new(model: &Model, tokenizer: Tokenizer, opts: ChatOptions) -> Result<Self> {
         let parallel = opts.parallel.max(1);
-        // Default: the model's context, capped at MAX_CONTEXT and at what one KV buffer holds
-        // for all slots.
-        let fits = (kv_tokens_fit(model, opts.kv_f16) / parallel).max(2);
-        let cap = model.cfg.max_position_embeddings.clamp(2, MAX_CONTEXT).min(fits);
-        let ctx = opts.ctx_size.unwrap_or(cap).clamp(2, MAX_CONTEXT);
+        let ctx = opts
+            .ctx_size
+            .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, opts.kv_f16, parallel, MAX_CONTEXT))
+            .clamp(2, MAX_CONTEXT);
         let session = Session::new(
             model,
             SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch, sequences: parallel },
@@ -196,10 +261,10 @@ impl ChatEngine {
         if stop_ids.is_empty() {
             log::warn!("the tokenizer names no end-of-generation token: answers end only at max_tokens or stop strings");
         }
-        let slots = (0..parallel).map(|_| Slot { cached: Vec::new(), busy: false, used: 0 }).collect();
+        let slots = (0..parallel).map(|_| Slot { busy: false, used: 0 }).collect();
+        let max_piece_bytes = tokenizer.max_piece_bytes();
         Ok(ChatEngine {
-            tokenizer,
-            template,
+            prompter: Prompter { tokenizer: Arc::new(tokenizer), template: Arc::new(template), ctx, max_piece_bytes },
             session,
             name: opts.model_name,
             stop_ids,
@@ -214,11 +279,16 @@ impl ChatEngine {
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        &self.prompter.tokenizer
     }
 
     pub fn template(&self) -> &ChatTemplate {
-        &self.template
+        &self.prompter.template
+    }
+
+    /// What turns requests into prompts for this engine (cheap to clone, usable on any thread).
+    pub fn prompter(&self) -> Prompter {
+        self.prompter.clone()
     }
 
     /// The context window in tokens (of each parallel request).
@@ -254,43 +324,36 @@ impl ChatEngine {
 
     /// The prompt text a request renders to.
     pub fn prompt_text(&self, req: &ChatRequest) -> std::result::Result<String, ApiError> {
-        let messages: Vec<Message> = req.effective_messages();
-        Ok(self.template.render(&messages, true)?)
+        self.prompter.render(req)
     }
 
     /// The prompt's token ids (bos added when the tokenizer wants one and the template did not).
     pub fn prompt_tokens(&self, req: &ChatRequest) -> std::result::Result<Vec<u32>, ApiError> {
-        let text = self.prompt_text(req)?;
-        let mut ids = self.tokenizer.encode_chat(&text)?;
-        if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
-        Ok(ids)
+        self.prompter.tokenize(&self.prompter.render(req)?)
     }
 
-    /// Takes a request in: validates and tokenizes it and gives it a free slot (the one whose
-    /// cache shares the longest prefix with the prompt, else the least recently used; a longer
-    /// prefix held by another slot is copied into it). No GPU
-    /// work happens until [`ChatEngine::step`]. A streamed request's first chunk (the role) is
-    /// ready at once. Errors: the request's own (invalid, over the context), or 503 `busy` when
-    /// every slot is taken.
+    /// Takes a request in: [`Prompter::prepare`] then [`ChatEngine::admit`].
     pub fn submit(&mut self, req: &ChatRequest, stream: bool) -> std::result::Result<RequestId, ApiError> {
+        let prepared = self.prompter.prepare(req)?;
+        self.admit(prepared, stream)
+    }
+
+    /// Gives a prepared request a free slot (the one whose cache shares the longest prefix with
+    /// the prompt, else the least recently used; a longer prefix held by another slot is copied
+    /// into it). No GPU work happens until [`ChatEngine::step`]. A streamed request's first
+    /// chunk (the role) is ready at once. Errors: 503 `busy` when every slot is taken, or a
+    /// request prepared for a smaller context than this engine's.
+    pub fn admit(&mut self, p: Prepared, stream: bool) -> std::result::Result<RequestId, ApiError> {
         self.reap();
-        req.validate()?;
-        let prompt = self.prompt_tokens(req)?;
         let ctx = self.context_size();
-        if prompt.is_empty() {
-            return Err(ApiError::invalid("the request renders to an empty prompt".into(), Some("messages")));
-        }
+        let Prepared { prompt, max_tokens, sampling, stops, task, include_usage } = p;
         if prompt.len() >= ctx {
             return Err(ApiError::context_length(prompt.len(), ctx));
         }
-        let common_with = |s: &Slot| common_prefix(&s.cached, &prompt);
+        let common_with = |i: usize| common_prefix(self.session.tokens_of(i), &prompt);
         let Some(slot) = (0..self.slots.len())
             .filter(|&i| !self.slots[i].busy)
-            .max_by_key(|&i| (common_with(&self.slots[i]), std::cmp::Reverse(self.slots[i].used)))
+            .max_by_key(|&i| (common_with(i), std::cmp::Reverse(self.slots[i].used)))
         else {
             return Err(ApiError {
                 status: 503,
@@ -302,15 +365,13 @@ impl ChatEngine {
         };
         // The last prompt token is always fed (again) for its logits.
         let limit = prompt.len() - 1;
-        let mut common = common_with(&self.slots[slot]).min(limit);
+        let mut common = common_with(slot).min(limit);
         // A longer shared prefix in another slot (busy or not: its first rows no longer change)
         // is copied over on the GPU instead of recomputed: a common system prompt or task
         // instruction is prefilled once for all slots.
-        let (donor, shared) = (0..self.slots.len()).map(|i| (i, common_with(&self.slots[i]).min(limit))).max_by_key(|d| d.1).unwrap();
+        let (donor, shared) = (0..self.slots.len()).map(|i| (i, common_with(i).min(limit))).max_by_key(|d| d.1).unwrap();
         if shared > common {
             self.session.copy_prefix(donor, slot, shared)?;
-            let prefix = self.slots[donor].cached[..shared].to_vec();
-            self.slots[slot].cached = prefix;
             self.stats.copied += shared as u64;
             common = shared;
         } else {
@@ -318,12 +379,11 @@ impl ChatEngine {
         }
         self.clock += 1;
         let s = &mut self.slots[slot];
-        s.cached.truncate(common);
         s.busy = true;
         s.used = self.clock;
         self.session.truncate_seq(slot, common);
         let room = ctx - prompt.len();
-        let max_new = req.max_tokens.map_or(room, |m| (m.min(usize::MAX as u64) as usize).min(room));
+        let max_new = max_tokens.map_or(room, |m| (m.min(usize::MAX as u64) as usize).min(room));
         let g = Generation {
             id: crate::util::completion_id(),
             created: crate::util::unix_time(),
@@ -331,13 +391,13 @@ impl ChatEngine {
             prompt_tokens: prompt.len(),
             max_new,
             produced: 0,
-            sampler: Sampler::new(req.sampling(), &prompt),
+            sampler: Sampler::new(sampling, &prompt),
             decoder: StreamDecoder::new(),
-            stop: StopFilter { stops: req.stop_strings(), held: String::new() },
-            filter: OutputFilter::new(req.task.as_ref()),
+            stop: StopFilter { stops, held: String::new() },
+            filter: OutputFilter::new(task.as_ref()),
             pending: None,
             finished: None,
-            include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
+            include_usage,
         };
         let id = self.next_id;
         self.next_id += 1;
@@ -350,7 +410,7 @@ impl ChatEngine {
             .active
             .iter()
             .map(|a| (a.id, a.slot, common_prefix(&a.prompt, &prompt).min(limit)))
-            .filter(|&(_, d, n)| n > common && self.slots[d].cached.len() < n)
+            .filter(|&(_, d, n)| n > common && self.session.position_of(d) < n)
             .max_by_key(|d| d.2);
         self.active.push(Active { id, slot, g, stream, prompt, fed: common, wait_for, content: String::new() });
         Ok(id)
@@ -402,7 +462,6 @@ impl ChatEngine {
                     self.outbox.push_back(Event { id: a.id, output: Output::Error(err.clone()), last: true });
                 }
                 for s in &mut self.slots {
-                    s.cached.clear();
                     s.busy = false;
                 }
                 self.session.reset();
@@ -418,7 +477,7 @@ impl ChatEngine {
             let Some((donor_id, donor, n)) = self.active[i].wait_for else { continue };
             let donor_feeding = self.active.iter().any(|a| a.id == donor_id && a.fed < a.prompt.len());
             let a = &self.active[i];
-            let have = common_prefix(&self.slots[donor].cached, &a.prompt).min(a.prompt.len() - 1);
+            let have = common_prefix(self.session.tokens_of(donor), &a.prompt).min(a.prompt.len() - 1);
             if have < n && donor_feeding {
                 continue;
             }
@@ -426,7 +485,6 @@ impl ChatEngine {
             if have > own {
                 // The slot already holds the first `own` tokens (its own or copied at submit).
                 self.session.copy_rows(donor, slot, own, have)?;
-                self.slots[slot].cached = self.active[i].prompt[..have].to_vec();
                 self.active[i].fed = have;
                 self.stats.copied += (have - own) as u64;
             }
@@ -478,7 +536,6 @@ impl ChatEngine {
                 a.fed += toks.len();
                 self.stats.prefilled += toks.len() as u64;
             }
-            self.slots[a.slot].cached.extend(toks);
         }
         // Row r belongs to the r-th planned piece that wants logits.
         let owners: Vec<usize> = plan.iter().filter(|p| p.2).map(|p| p.0).collect();
@@ -505,7 +562,7 @@ impl ChatEngine {
             };
             self.stats.generated += 1;
             let a = &mut self.active[i];
-            let text = match accept(&self.tokenizer, &self.stop_ids, &mut a.g, t) {
+            let text = match accept(&self.prompter.tokenizer, &self.stop_ids, &mut a.g, t) {
                 Ok(text) => text,
                 Err(e) => {
                     // This request's own fault (its text cannot be decoded): only it ends.

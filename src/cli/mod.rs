@@ -9,7 +9,7 @@ pub mod tools;
 use clap::{Args, Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use tildeopen::gpu::session::kv_tokens_fit;
+use tildeopen::gpu::session::{default_ctx_size, DEFAULT_CTX_CAP};
 use tildeopen::gpu::GpuOptions;
 use tildeopen::model::fetch;
 use tildeopen::model::loader::WeightFormat;
@@ -112,12 +112,10 @@ pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     bar.finish_and_clear();
     let model = model?;
     let kv_f16 = c.kv_cache == "f16";
-    // Default context: the model's, at most 4096 and at most what one KV buffer can hold,
-    // but never less than this command needs.
-    let fits = kv_tokens_fit(&model, kv_f16);
+    // Default context: the shared default, but never less than this command needs.
     let ctx = c
         .ctx_size
-        .unwrap_or_else(|| model.cfg.max_position_embeddings.clamp(1, 4096).min(fits).max(min_ctx));
+        .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP).max(min_ctx));
     let sess = SessionOptions { ctx_size: ctx, kv_f16, ..Default::default() };
     Ok(Loaded { model, sess, path })
 }
@@ -141,9 +139,9 @@ pub fn engine_named(c: &Common, name: Option<String>, parallel: usize) -> Result
     }
     let l = load(c, 0)?;
     let tok = Tokenizer::load(&l.path)?;
-    let fits = (kv_tokens_fit(&l.model, l.sess.kv_f16) / parallel).max(2);
+    let default = default_ctx_size(&l.model.cfg, l.model.gpu.max_binding, l.sess.kv_f16, parallel, DEFAULT_CTX_CAP);
     let opts = ChatOptions {
-        ctx_size: Some(c.ctx_size.unwrap_or(l.sess.ctx_size.min(fits))),
+        ctx_size: Some(c.ctx_size.unwrap_or(default)),
         kv_f16: l.sess.kv_f16,
         max_batch: l.sess.max_batch,
         parallel,

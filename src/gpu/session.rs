@@ -160,14 +160,25 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
 }
 
 /// Bytes one token takes in one layer's K (or V) cache: f16 pairs or f32 values in u32 words.
-pub fn kv_row_bytes(model: &Model, kv_f16: bool) -> usize {
-    model.cfg.kv_dim() * if kv_f16 { 2 } else { 4 }
+pub fn kv_row_bytes(cfg: &ModelConfig, kv_f16: bool) -> usize {
+    cfg.kv_dim() * if kv_f16 { 2 } else { 4 }
 }
 
-/// Tokens (of all sequences together) one layer's K or V buffer can hold under the device's
-/// binding limit.
-pub fn kv_tokens_fit(model: &Model, kv_f16: bool) -> usize {
-    (model.gpu.max_binding.saturating_sub(4) / kv_row_bytes(model, kv_f16).max(1) as u64) as usize
+/// Tokens (of all sequences together) one layer's K or V buffer can hold under a binding limit
+/// of `max_binding` bytes.
+pub fn kv_tokens_fit(cfg: &ModelConfig, max_binding: u64, kv_f16: bool) -> usize {
+    (max_binding.saturating_sub(4) / kv_row_bytes(cfg, kv_f16).max(1) as u64) as usize
+}
+
+/// The context CLI commands and the web engine default to: the model's own, at most 4096.
+pub const DEFAULT_CTX_CAP: usize = 4096;
+
+/// The one default context size (every front end asks here): the model's own context, at most
+/// `cap` tokens and at most what one layer's KV buffer holds for `sequences` sequences under a
+/// binding limit of `max_binding`; at least 2.
+pub fn default_ctx_size(cfg: &ModelConfig, max_binding: u64, kv_f16: bool, sequences: usize, cap: usize) -> usize {
+    let fits = (kv_tokens_fit(cfg, max_binding, kv_f16) / sequences.max(1)).max(2);
+    cfg.max_position_embeddings.clamp(2, cap.max(2)).min(fits)
 }
 
 /// Part of a batched forward pass: `tokens` appended to sequence `seq`; with `logits`, the
@@ -216,9 +227,9 @@ impl Sizes {
             )));
         }
         let rows = opts.ctx_size * opts.sequences;
-        let kv_bytes = (rows * kv_row_bytes(model, opts.kv_f16)) as u64;
+        let kv_bytes = (rows * kv_row_bytes(c, opts.kv_f16)) as u64;
         if kv_bytes > maxb {
-            let fits = kv_tokens_fit(model, opts.kv_f16);
+            let fits = kv_tokens_fit(c, gpu.max_binding, opts.kv_f16);
             let what = if opts.sequences == 1 {
                 format!("a KV cache of {} tokens", opts.ctx_size)
             } else {
@@ -393,8 +404,9 @@ pub struct Session {
     /// A cheap handle (GPU buffers are reference-counted): the session owns no weights.
     model: Model,
     opts: SessionOptions,
-    /// Tokens in the KV cache, per sequence.
-    pos: Vec<usize>,
+    /// The token ids whose keys and values are in the KV cache, per sequence (the one record of
+    /// what a sequence holds: its length is the sequence's position).
+    held: Vec<Vec<u32>>,
     max_t: usize,
     max_out: usize,
     bufs: Buffers,
@@ -425,7 +437,7 @@ impl Session {
         };
         Ok(Session {
             model: model.clone(),
-            pos: vec![0; opts.sequences],
+            held: vec![Vec::new(); opts.sequences],
             opts,
             max_t: sizes.max_t,
             max_out: sizes.max_out,
@@ -438,12 +450,17 @@ impl Session {
 
     /// Tokens already in the KV cache (of sequence 0).
     pub fn position(&self) -> usize {
-        self.pos[0]
+        self.held[0].len()
     }
 
     /// Tokens already in the KV cache of sequence `seq`.
     pub fn position_of(&self, seq: usize) -> usize {
-        self.pos[seq]
+        self.held[seq].len()
+    }
+
+    /// The token ids in the KV cache of sequence `seq`, in order.
+    pub fn tokens_of(&self, seq: usize) -> &[u32] {
+        &self.held[seq]
     }
 
     /// Tokens of context each sequence has.
@@ -458,7 +475,7 @@ impl Session {
 
     /// Forgets every sequence (their caches are overwritten from position 0).
     pub fn reset(&mut self) {
-        self.pos.iter_mut().for_each(|p| *p = 0);
+        self.held.iter_mut().for_each(Vec::clear);
     }
 
     /// Rolls sequence 0 back to `pos` tokens.
@@ -468,7 +485,7 @@ impl Session {
 
     /// Rolls sequence `seq` back to `pos` tokens.
     pub fn truncate_seq(&mut self, seq: usize, pos: usize) {
-        self.pos[seq] = self.pos[seq].min(pos);
+        self.held[seq].truncate(pos);
     }
 
     /// Makes sequence `dst` hold the first `n` tokens of sequence `src`: their keys and values
@@ -481,15 +498,15 @@ impl Session {
     /// rows `from..n` are copied.
     pub fn copy_rows(&mut self, src: usize, dst: usize, from: usize, n: usize) -> Result<()> {
         let seqs = self.opts.sequences;
-        if src >= seqs || dst >= seqs || n > self.pos[src] || from > n || from > self.pos[dst] {
+        if src >= seqs || dst >= seqs || n > self.held[src].len() || from > n || from > self.held[dst].len() {
             return Err(Error::Input(format!(
                 "cannot copy tokens {from}..{n} from sequence {src} to {dst} ({seqs} sequences, the source holds {}, the destination {})",
-                self.pos.get(src).copied().unwrap_or(0),
-                self.pos.get(dst).copied().unwrap_or(0)
+                self.held.get(src).map_or(0, Vec::len),
+                self.held.get(dst).map_or(0, Vec::len)
             )));
         }
         if src != dst && n > from {
-            let row_words = (kv_row_bytes(&self.model, self.opts.kv_f16) / 4) as u32;
+            let row_words = (kv_row_bytes(&self.model.cfg, self.opts.kv_f16) / 4) as u32;
             let span = self.opts.ctx_size as u32 * row_words;
             let skip = from as u32 * row_words;
             let words = (n - from) as u32 * row_words;
@@ -507,7 +524,9 @@ impl Session {
             }
             gpu.queue.submit([enc.finish()]);
         }
-        self.pos[dst] = n;
+        // The caller vouches that `dst` held the first `from` tokens of `src`.
+        let copied = self.held[src][..n].to_vec();
+        self.held[dst] = copied;
         Ok(())
     }
 
@@ -523,7 +542,7 @@ impl Session {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::Input(format!("token id {bad} is out of range (vocabulary of {vocab})")));
         }
-        let pos = self.pos[seq];
+        let pos = self.held[seq].len();
         if pos + tokens.len() > self.opts.ctx_size {
             return Err(Error::Input(format!(
                 "{} tokens after {pos} do not fit the context of {} tokens",
@@ -607,7 +626,7 @@ impl Session {
         let tokens: Vec<u32> = pieces.iter().flat_map(|p| p.tokens.iter().copied()).collect();
         // Per token: (position, first cache row of its sequence).
         let seq: Vec<[u32; 2]> =
-            pieces.iter().flat_map(|p| (self.pos[p.seq]..self.pos[p.seq] + p.tokens.len()).map(move |pos| [pos as u32, (p.seq * ctx) as u32])).collect();
+            pieces.iter().flat_map(|p| (self.held[p.seq].len()..self.held[p.seq].len() + p.tokens.len()).map(move |pos| [pos as u32, (p.seq * ctx) as u32])).collect();
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
         gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, 0, 0, 0]));
@@ -617,7 +636,7 @@ impl Session {
         let table = rope_table(&self.model.inv_freq, self.model.attention_factor, seq.iter().map(|s| s[0] as usize));
         gpu.queue.write_buffer(&self.bufs.rope, 0, bytemuck::cast_slice(&table));
         for p in pieces {
-            self.pos[p.seq] += p.tokens.len();
+            self.held[p.seq].extend_from_slice(p.tokens);
         }
         #[cfg(not(target_arch = "wasm32"))]
         if self.profile.is_some() {

@@ -223,6 +223,17 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// The longest piece's text in bytes (as the vocabulary spells it, which is never shorter
+    /// than the text it stands for): a text with `n` letters and digits is at least
+    /// `n / max_piece_bytes()` tokens, whatever the normalizer does to spaces and accents.
+    pub fn max_piece_bytes(&self) -> usize {
+        let vocab = match &self.backend {
+            Backend::Spm(m) => m.pieces.iter().map(|p| p.0.len()).max().unwrap_or(1),
+            Backend::Hf { plain, .. } => plain.get_vocab(true).keys().map(String::len).max().unwrap_or(1),
+        };
+        vocab.max(self.specials.iter().map(|s| s.0.len()).max().unwrap_or(1)).max(1)
+    }
+
     /// Text of `ids`, special tokens left out, invalid UTF-8 replaced by U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         match &self.backend {
