@@ -6,7 +6,9 @@
 // The engine picks LANES so each thread gets about four blocks (32 for wide rows); a 256-thread
 // workgroup covers 256 / LANES * NR rows. Tokens go in groups of MAX_T (registers per thread stay
 // fixed); the engine sends passes of more than 16 tokens to the tiled matmul instead, whose 64x64
-// tiles would be mostly idle below that.
+// tiles would be mostly idle below that. NT (an override: 1 for one-token passes, MAX_T else)
+// bounds every token loop by a constant, so compilers unroll them and keep `acc` in registers
+// (a runtime-indexed array lives in memory).
 // Prepended: bytes.wgsl and the weight type's dot32.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
@@ -19,6 +21,7 @@ override ACCUMULATE: bool = false;
 override LANES: u32 = 32u;
 const NR: u32 = 4u;
 const MAX_T: u32 = 8u;
+override NT: u32 = MAX_T;
 var<workgroup> red: array<f32, 1024>; // [NR][256]
 
 @compute @workgroup_size(256)
@@ -30,11 +33,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let kq = p.k / 4u;
     let row = row0 + lane;
     // Tokens in groups of MAX_T: each group reads the rows again (from cache on a GPU).
-    for (var t0 = 0u; t0 < step.t; t0 += MAX_T) {
-        let nt = min(step.t - t0, MAX_T);
+    for (var t0 = 0u; t0 < step.t; t0 += NT) {
+        let nt = min(step.t - t0, NT);
         // Rows past the end read row 0 again (always present) and are never written.
         var acc: array<vec4<f32>, MAX_T>;
-        for (var b = 0u; b < MAX_T; b++) {
+        for (var b = 0u; b < NT; b++) {
             acc[b] = vec4<f32>(0.0);
         }
         if (row0 < p.n) {
@@ -45,7 +48,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             var xv: array<vec4<f32>, 8>;
             for (var u = lane; u < p.k / 32u; u += LANES) {
                 let e = u * 32u;
-                for (var b = 0u; b < nt; b++) {
+                for (var b = 0u; b < NT; b++) {
+                    if (b >= nt) {
+                        break;
+                    }
                     let xo = (t0 + b) * kq + u * 8u;
                     xv[0] = X[xo];
                     xv[1] = X[xo + 1u];
@@ -60,7 +66,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             }
         }
         // Thread r of each group sums row row0 + r, token by token.
-        for (var b = 0u; b < nt; b++) {
+        for (var b = 0u; b < NT; b++) {
+            if (b >= nt) {
+                break;
+            }
             let a = acc[b];
             red[lid] = a.x;
             red[256u + lid] = a.y;

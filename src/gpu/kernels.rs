@@ -18,7 +18,8 @@ pub enum Slot {
 /// Which kernel, with the variant that selects its pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    MatVec { ty: GgmlType, acc: bool, lanes: u32 },
+    /// `one`: the pipeline for one-token passes (decode of a single sequence).
+    MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool },
     MatMul { ty: GgmlType, acc: bool },
     Embed { ty: GgmlType },
     RmsNorm,
@@ -102,7 +103,13 @@ impl Kernel {
 
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::MatVec { acc, lanes, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64)],
+            Kernel::MatVec { acc, lanes, one, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64)];
+                if one {
+                    c.push(("NT", 1.0));
+                }
+                c
+            }
             Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
             Kernel::KvStore { f16 } | Kernel::Attention { f16 } => vec![("KV_F16", f16 as u8 as f64)],
             _ => vec![],

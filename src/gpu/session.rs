@@ -46,8 +46,8 @@ struct Op {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     name: &'static str,
     pipeline: wgpu::ComputePipeline,
-    /// The one-token pipeline of a matrix op.
-    matvec: Option<wgpu::ComputePipeline>,
+    /// The matvec pipelines of a matrix op: for one token, and for up to `MATVEC_MAX_T`.
+    matvec: Option<[wgpu::ComputePipeline; 2]>,
     bind: wgpu::BindGroup,
     dispatch: Dispatch,
 }
@@ -65,7 +65,9 @@ fn split(wgs: u32) -> (u32, u32) {
 impl Op {
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32) {
         let (pipe, (x, y)) = match self.dispatch {
-            Dispatch::Mat { n, lanes } if t <= MATVEC_MAX_T => (self.matvec.as_ref().unwrap(), split(n.div_ceil(256 / lanes * 4))),
+            Dispatch::Mat { n, lanes } if t <= MATVEC_MAX_T => {
+                (&self.matvec.as_ref().unwrap()[(t > 1) as usize], split(n.div_ceil(256 / lanes * 4)))
+            }
             Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
             Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
             Dispatch::PerToken => (&self.pipeline, (t, 1)),
@@ -116,11 +118,11 @@ impl<'g> Builder<'g> {
             let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
             let mm = Kernel::MatMul { ty: m.ty, acc };
             let lanes = matvec_lanes(m.cols);
-            let mv = Kernel::MatVec { ty: m.ty, acc, lanes };
+            let mv = |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one });
             out.push(Op {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
-                matvec: Some(ks.pipeline(mv)),
+                matvec: Some([mv(true), mv(false)]),
                 bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
                 dispatch: Dispatch::Mat { n: ch.rows, lanes },
             });

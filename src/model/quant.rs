@@ -101,6 +101,34 @@ impl GgmlType {
         Ok(cols / self.block_elems() * self.block_bytes())
     }
 
+    /// Bytes per block on the GPU: the file's block, padded to whole 4-byte words where that
+    /// costs little (Q6_K: 210 -> 212 bytes, so every word the kernels read is aligned).
+    pub fn gpu_block_bytes(self) -> usize {
+        match self {
+            Self::Q6K => 212,
+            t => t.block_bytes(),
+        }
+    }
+
+    /// [`GgmlType::row_bytes`] in the GPU layout.
+    pub fn gpu_row_bytes(self, cols: usize) -> Result<usize> {
+        Ok(self.row_bytes(cols)? / self.block_bytes() * self.gpu_block_bytes())
+    }
+
+    /// Blocks in the file's layout (whole blocks) rewritten in the GPU layout (a copy only for
+    /// the types that are padded).
+    pub fn to_gpu_layout(self, data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+        let (b, g) = (self.block_bytes(), self.gpu_block_bytes());
+        if b == g {
+            return std::borrow::Cow::Borrowed(data);
+        }
+        let mut out = vec![0u8; data.len() / b * g];
+        for (src, dst) in data.chunks_exact(b).zip(out.chunks_exact_mut(g)) {
+            dst[..b].copy_from_slice(src);
+        }
+        std::borrow::Cow::Owned(out)
+    }
+
     /// The WGSL source of this type's `dequant8` and, for block types, `dot32` (the float
     /// types share `dot32_generic.wgsl`).
     pub fn wgsl(self) -> &'static str {

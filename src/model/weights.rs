@@ -1,5 +1,6 @@
-//! Model weights on the GPU. Every matrix keeps its block layout and is split by rows into as
-//! many buffers as the device's binding limit requires.
+//! Model weights on the GPU. Every matrix keeps its block layout (Q6_K blocks padded to whole
+//! words: `GgmlType::gpu_block_bytes`) and is split by rows into as many buffers as the
+//! device's binding limit requires.
 
 use crate::model::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -27,10 +28,11 @@ pub struct GpuMatrix {
 
 impl GpuMatrix {
     pub fn upload(gpu: &Gpu, name: &str, t: &HostTensor) -> Result<Self> {
-        let row_bytes = t.ty.row_bytes(t.cols)?;
-        if t.data.len() != row_bytes * t.rows {
+        if t.data.len() != t.ty.row_bytes(t.cols)? * t.rows {
             return Err(Error::Shape(format!("{name}: {} bytes for {}x{} {}", t.data.len(), t.rows, t.cols, t.ty.name())));
         }
+        let data = t.ty.to_gpu_layout(&t.data);
+        let row_bytes = t.ty.gpu_row_bytes(t.cols)?;
         if !t.cols.is_multiple_of(32) {
             return Err(Error::Unsupported(format!("{name}: {} columns is not a multiple of 32", t.cols)));
         }
@@ -46,7 +48,7 @@ impl GpuMatrix {
         let mut r = 0;
         while r < t.rows {
             let n = rows_per.min(t.rows - r);
-            let buf = gpu.storage_init(name, &t.data[r * row_bytes..(r + n) * row_bytes])?;
+            let buf = gpu.storage_init(name, &data[r * row_bytes..(r + n) * row_bytes])?;
             chunks.push(Chunk { row0: r as u32, rows: n as u32, buf });
             r += n;
         }
