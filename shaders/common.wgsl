@@ -3,7 +3,7 @@
 // What changes per forward pass: written once per step by the engine.
 struct Step {
     t: u32, // tokens in this pass (or logit rows, for the output head)
-    _a: u32,
+    splits: u32, // context slices of split decode attention (attn_split.wgsl)
     _b: u32,
     _c: u32,
 }

@@ -94,6 +94,37 @@ fn prefill_then_decode_equals_one_prefill() {
     }
 }
 
+/// Decode passes (a few tokens) take the split attention kernel, which walks a long context in
+/// several slices and merges them; its logits equal the one-workgroup-per-head kernel's that
+/// long prefill passes use, for each cache type and head layout.
+#[test]
+fn split_attention_over_long_contexts_equals_full_attention() {
+    let root = fixtures().join("models");
+    let gpu = gpu(None);
+    for m in ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"] {
+        let model = load_on(&root.join(m), &gpu);
+        let vocab = model.cfg.vocab_size as u32;
+        // 700 tokens: three 256-key slices; then 5 tokens in one pass and 7 one at a time.
+        let ids: Vec<u32> = (0..712u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % vocab).collect();
+        for kv_f16 in [false, true] {
+            let mut s = Session::new(&model, SessionOptions { ctx_size: 1024, kv_f16, ..Default::default() }).unwrap();
+            let whole = pollster::block_on(s.logits_all(&ids)).unwrap();
+            s.reset();
+            pollster::block_on(s.feed(&ids[..700])).unwrap();
+            let mut stepped = vec![];
+            pollster::block_on(s.feed(&ids[700..705])).unwrap();
+            stepped.push(pollster::block_on(s.last_logits()).unwrap());
+            for &t in &ids[705..] {
+                pollster::block_on(s.feed(&[t])).unwrap();
+                stepped.push(pollster::block_on(s.last_logits()).unwrap());
+            }
+            let d = max_abs_diff(&stepped, &whole[704..]);
+            println!("{m} (f16 cache: {kv_f16}): split vs full attention at 700+ tokens, max |d| = {d}");
+            assert!(d <= 1e-3, "{m}: {d}");
+        }
+    }
+}
+
 /// Token ids out of range and prompts longer than the context are errors, not panics.
 #[test]
 fn bad_tokens_and_context_overflow_are_errors() {

@@ -27,6 +27,10 @@ pub enum Kernel {
     KvStore { f16: bool },
     KvCopy,
     Attention { f16: bool },
+    /// Split decode attention: `g` query heads per KV head, `chunk` keys per round, `gt`
+    /// threads per head in its reductions, `wpt` value words per thread.
+    AttnSplit { f16: bool, g: u32, chunk: u32, gt: u32, wpt: u32 },
+    AttnCombine,
     SwiGlu,
     Argmax,
 }
@@ -57,6 +61,8 @@ impl Kernel {
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
             Kernel::KvCopy => &[Rw, Rw, Uniform],
             Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Ro, Uniform, Uniform],
+            Kernel::AttnSplit { .. } => &[Ro, Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
+            Kernel::AttnCombine => &[Ro, Rw, Uniform, Uniform],
         }
     }
 
@@ -71,6 +77,8 @@ impl Kernel {
             Kernel::KvStore { .. } => "kv_store",
             Kernel::KvCopy => "kv_copy",
             Kernel::Attention { .. } => "attention",
+            Kernel::AttnSplit { .. } => "attn_split",
+            Kernel::AttnCombine => "attn_combine",
             Kernel::SwiGlu => "swiglu",
             Kernel::Argmax => "argmax",
         }
@@ -95,6 +103,8 @@ impl Kernel {
             Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
             Kernel::KvCopy => (String::new(), include_str!("../../shaders/kv_copy.wgsl")),
             Kernel::Attention { .. } => (String::new(), include_str!("../../shaders/attention.wgsl")),
+            Kernel::AttnSplit { .. } => (String::new(), include_str!("../../shaders/attn_split.wgsl")),
+            Kernel::AttnCombine => (String::new(), include_str!("../../shaders/attn_combine.wgsl")),
             Kernel::SwiGlu => (String::new(), include_str!("../../shaders/swiglu.wgsl")),
             Kernel::Argmax => (String::new(), include_str!("../../shaders/argmax.wgsl")),
         };
@@ -112,6 +122,13 @@ impl Kernel {
             }
             Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
             Kernel::KvStore { f16 } | Kernel::Attention { f16 } => vec![("KV_F16", f16 as u8 as f64)],
+            Kernel::AttnSplit { f16, g, chunk, gt, wpt } => vec![
+                ("KV_F16", f16 as u8 as f64),
+                ("G", g as f64),
+                ("CHUNK", chunk as f64),
+                ("GT", gt as f64),
+                ("WPT", wpt as f64),
+            ],
             _ => vec![],
         }
     }

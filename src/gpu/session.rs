@@ -40,6 +40,20 @@ enum Dispatch {
     Threads { per_token: u32 },
     Kv { pairs: u32 },
     Attn { heads: u32 },
+    /// Split decode attention: (KV heads, context slices, tokens).
+    AttnSplit { kv_heads: u32 },
+    /// Merging the slices: skipped when the pass needs one.
+    AttnCombine { heads: u32 },
+}
+
+/// Which passes an op runs in: alternatives for the same step sit side by side in the op list.
+#[derive(Clone, Copy, PartialEq)]
+enum When {
+    Always,
+    /// Passes of at most `MATVEC_MAX_T` tokens.
+    Few,
+    /// Passes of more.
+    Many,
 }
 
 struct Op {
@@ -50,6 +64,7 @@ struct Op {
     matvec: Option<[wgpu::ComputePipeline; 2]>,
     bind: wgpu::BindGroup,
     dispatch: Dispatch,
+    when: When,
 }
 
 const MAX_WG: u32 = 65535;
@@ -63,8 +78,37 @@ fn split(wgs: u32) -> (u32, u32) {
 }
 
 impl Op {
-    fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32) {
-        let (pipe, (x, y)) = match self.dispatch {
+    /// Whether this op runs in a pass of `t` tokens whose attention spans `splits` slices.
+    fn runs(&self, t: u32, splits: u32) -> bool {
+        let few = t <= MATVEC_MAX_T;
+        match (self.when, self.dispatch) {
+            (_, Dispatch::AttnCombine { .. }) if splits <= 1 => false,
+            (When::Always, _) => true,
+            (When::Few, _) => few,
+            (When::Many, _) => !few,
+        }
+    }
+
+    /// Records the op for a pass of `t` tokens (`splits` context slices for split attention).
+    fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32, splits: u32) {
+        if !self.runs(t, splits) {
+            return;
+        }
+        let (pipe, (x, y, z)) = match self.dispatch {
+            Dispatch::AttnSplit { kv_heads } => (&self.pipeline, (kv_heads, splits.max(1), t)),
+            Dispatch::AttnCombine { heads } => (&self.pipeline, (heads, t, 1)),
+            _ => {
+                let (p, (x, y)) = self.pipeline_2d(t);
+                (p, (x, y, 1))
+            }
+        };
+        pass.set_pipeline(pipe);
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(x, y, z);
+    }
+
+    fn pipeline_2d(&self, t: u32) -> (&wgpu::ComputePipeline, (u32, u32)) {
+        match self.dispatch {
             Dispatch::Mat { n, lanes } if t <= MATVEC_MAX_T => {
                 (&self.matvec.as_ref().unwrap()[(t > 1) as usize], split(n.div_ceil(256 / lanes * 4)))
             }
@@ -74,10 +118,8 @@ impl Op {
             Dispatch::Threads { per_token } => (&self.pipeline, split((t * per_token).div_ceil(64))),
             Dispatch::Kv { pairs } => (&self.pipeline, (pairs.div_ceil(64), t)),
             Dispatch::Attn { heads } => (&self.pipeline, (heads, t)),
-        };
-        pass.set_pipeline(pipe);
-        pass.set_bind_group(0, &self.bind, &[]);
-        pass.dispatch_workgroups(x, y, 1);
+            Dispatch::AttnSplit { .. } | Dispatch::AttnCombine { .. } => unreachable!("3-D dispatches"),
+        }
     }
 }
 
@@ -99,7 +141,7 @@ impl<'g> Builder<'g> {
 
     fn op(&self, k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch) -> Op {
         let ks = &self.gpu.kernels;
-        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d }
+        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d, when: When::Always }
     }
 
     /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
@@ -125,6 +167,7 @@ impl<'g> Builder<'g> {
                 matvec: Some([mv(true), mv(false)]),
                 bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
                 dispatch: Dispatch::Mat { n: ch.rows, lanes },
+                when: When::Always,
             });
         }
     }
@@ -153,7 +196,7 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     {
         let mut pass = enc.begin_compute_pass(&Default::default());
         for op in &ops {
-            op.record(&mut pass, t as u32);
+            op.record(&mut pass, t as u32, 1);
         }
     }
     gpu.queue.submit([enc.finish()]);
@@ -206,6 +249,52 @@ struct Sizes {
     max_t: usize,
     max_out: usize,
     kv_bytes: u64,
+    /// How decode attention splits the context, when the model's heads suit the split kernel.
+    split: Option<Split>,
+}
+
+/// The split decode attention's shape (see `shaders/attn_split.wgsl`).
+#[derive(Clone, Copy)]
+struct Split {
+    /// Query heads per KV head.
+    g: u32,
+    /// Keys per round (G * CHUNK scores fit the kernel's workgroup memory).
+    chunk: u32,
+    /// Threads per head in the softmax reductions.
+    gt: u32,
+    /// Value-row words per thread.
+    wpt: u32,
+    /// Keys per slice: slices stay at most `MAX_SPLITS` for the whole context.
+    span: u32,
+    max_splits: u32,
+}
+
+/// The most context slices split attention uses.
+const MAX_SPLITS: u32 = 32;
+
+impl Split {
+    fn plan(c: &ModelConfig, ctx: usize, kv_f16: bool) -> Option<Split> {
+        let (heads, kvh, hd) = (c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32);
+        if kvh == 0 || heads % kvh != 0 {
+            return None;
+        }
+        let g = heads / kvh;
+        if g > 16 || g * hd > 1024 || hd % 8 != 0 || hd > 256 {
+            return None;
+        }
+        let pow2_at_most = |v: u32| 1u32 << (31 - v.max(1).leading_zeros());
+        let chunk = pow2_at_most((2048 / g).min(256));
+        let gt = pow2_at_most(64 / g);
+        let words = if kv_f16 { hd / 2 } else { hd };
+        let wpt = words.div_ceil(64);
+        let span = chunk * (ctx as u32).div_ceil(chunk * MAX_SPLITS).max(1);
+        Some(Split { g, chunk, gt, wpt, span, max_splits: (ctx as u32).div_ceil(span) })
+    }
+
+    /// Slices a pass needs when its latest token is at position `last`.
+    fn slices(&self, last: u32) -> u32 {
+        (last + 1).div_ceil(self.span)
+    }
 }
 
 impl Sizes {
@@ -241,7 +330,7 @@ impl Sizes {
                 "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
             )));
         }
-        Ok(Sizes { max_t, max_out, kv_bytes })
+        Ok(Sizes { max_t, max_out, kv_bytes, split: Split::plan(c, opts.ctx_size, opts.kv_f16) })
     }
 }
 
@@ -266,6 +355,8 @@ struct Buffers {
     xout: wgpu::Buffer,
     logits: wgpu::Buffer,
     argmax: wgpu::Buffer,
+    /// Split attention's per-slice partial sums.
+    part: wgpu::Buffer,
     /// (K, V) per layer.
     kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
 }
@@ -297,6 +388,13 @@ impl Buffers {
             xout: gpu.storage("xout", f32b(s.max_out * c.hidden_size))?,
             logits: gpu.storage("logits", f32b(s.max_out * c.vocab_size))?,
             argmax: gpu.storage("argmax", (s.max_out * 4) as u64)?,
+            part: match s.split {
+                Some(sp) => {
+                    let t = s.max_t.min(MATVEC_MAX_T as usize);
+                    gpu.storage("attn_part", f32b(t * c.num_heads * sp.max_splits as usize * (c.head_dim + 2)))?
+                }
+                None => gpu.storage("attn_part", 16)?,
+            },
             kv,
         })
     }
@@ -309,12 +407,14 @@ struct Params {
     rope_k: wgpu::Buffer,
     kv: wgpu::Buffer,
     attn: wgpu::Buffer,
+    split: wgpu::Buffer,
+    combine: wgpu::Buffer,
     ffn: wgpu::Buffer,
     argmax: wgpu::Buffer,
 }
 
 impl Params {
-    fn new(b: &Builder, c: &ModelConfig) -> Params {
+    fn new(b: &Builder, c: &ModelConfig, split: Option<Split>) -> Params {
         let with_f32 = |mut head: Vec<u8>, v: f32| {
             head.extend_from_slice(&v.to_le_bytes());
             head
@@ -328,6 +428,13 @@ impl Params {
                 u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]),
                 1.0 / (c.head_dim as f32).sqrt(),
             )),
+            split: {
+                let mut v = u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]);
+                v.extend_from_slice(&(1.0 / (c.head_dim as f32).sqrt()).to_le_bytes());
+                v.extend(u32s(&[split.map_or(0, |s| s.span)]));
+                b.param(v)
+            },
+            combine: b.param(u32s(&[c.num_heads as u32, c.head_dim as u32])),
             ffn: b.param(u32s(&[c.intermediate_size as u32])),
             argmax: b.param(u32s(&[c.vocab_size as u32])),
         }
@@ -343,11 +450,11 @@ struct Pass {
 
 impl Builder<'_> {
     /// The whole forward pass: embedding, every decoder layer, then the output head.
-    fn forward(&self, model: &Model, bufs: &Buffers, p: &Params, kv_f16: bool) -> Pass {
+    fn forward(&self, model: &Model, bufs: &Buffers, p: &Params, kv_f16: bool, split: Option<Split>) -> Pass {
         let mut body = Vec::new();
         self.embed(&mut body, &model.embed, &bufs.tokens, &bufs.x, &bufs.step);
         for (layer, kv) in model.layers.iter().zip(&bufs.kv) {
-            self.layer(&mut body, &model.cfg, layer, kv, bufs, p, kv_f16);
+            self.layer(&mut body, &model.cfg, layer, kv, bufs, p, kv_f16, split);
         }
         let mut head = Vec::new();
         self.head(&mut body, &mut head, model, bufs, p);
@@ -372,6 +479,7 @@ impl Builder<'_> {
         b: &Buffers,
         p: &Params,
         f16: bool,
+        split: Option<Split>,
     ) {
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
         let half = c.head_dim as u32 / 2;
@@ -383,13 +491,44 @@ impl Builder<'_> {
         ops.push(self.op(Kernel::Rope, &[&b.rope, &b.q, &p.rope_q, st], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
         ops.push(self.op(Kernel::Rope, &[&b.rope, &b.k, &p.rope_k, st], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
         ops.push(self.op(Kernel::KvStore { f16 }, &[&b.k, &b.v, kc, vc, &b.seq, &p.kv, st], Dispatch::Kv { pairs: kvd / 2 }));
-        ops.push(self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 }));
+        self.attention(ops, c, kc, vc, b, p, f16, split);
         self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
         ops.push(self.op(Kernel::RmsNorm, &[&l.ffn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
         self.mat(ops, &l.w_gate, &b.xb, &b.gate, false, ffn, st);
         self.mat(ops, &l.w_up, &b.xb, &b.up, false, ffn, st);
         ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
         self.mat(ops, &l.w_down, &b.gate, &b.x, true, h, st);
+    }
+
+    /// att = softmax(q K^T / sqrt(head_dim)) V: split across the context for passes of a few
+    /// tokens (when the heads suit the split kernel), one workgroup per (token, head) for more.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        ops: &mut Vec<Op>,
+        c: &ModelConfig,
+        kc: &wgpu::Buffer,
+        vc: &wgpu::Buffer,
+        b: &Buffers,
+        p: &Params,
+        f16: bool,
+        split: Option<Split>,
+    ) {
+        let st = &b.step;
+        let mut full = self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 });
+        let Some(sp) = split else {
+            ops.push(full);
+            return;
+        };
+        full.when = When::Many;
+        ops.push(full);
+        let k = Kernel::AttnSplit { f16, g: sp.g, chunk: sp.chunk, gt: sp.gt, wpt: sp.wpt };
+        let mut parts = self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32 });
+        parts.when = When::Few;
+        ops.push(parts);
+        let mut merge = self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 });
+        merge.when = When::Few;
+        ops.push(merge);
     }
 
     /// The output head: the final norm runs in the body (on every token, into `xb`); the kept
@@ -411,6 +550,7 @@ pub struct Session {
     held: Vec<Vec<u32>>,
     max_t: usize,
     max_out: usize,
+    split: Option<Split>,
     bufs: Buffers,
     pass: Pass,
     copy: KvCopy,
@@ -429,8 +569,8 @@ impl Session {
         let bufs = Buffers::alloc(model, &sizes)?;
         let gpu = &model.gpu;
         let b = Builder::new(gpu);
-        let params = Params::new(&b, &model.cfg);
-        let pass = b.forward(model, &bufs, &params, opts.kv_f16);
+        let params = Params::new(&b, &model.cfg, sizes.split);
+        let pass = b.forward(model, &bufs, &params, opts.kv_f16, sizes.split);
         let copy_p = gpu.uniform("copy", &[0; 16]);
         let copy = KvCopy {
             pipeline: gpu.kernels.pipeline(Kernel::KvCopy),
@@ -443,6 +583,7 @@ impl Session {
             opts,
             max_t: sizes.max_t,
             max_out: sizes.max_out,
+            split: sizes.split,
             bufs,
             pass,
             copy,
@@ -597,7 +738,7 @@ impl Session {
     }
 
     #[cfg(not(target_arch = "wasm32"))]
-    fn run_profiled(&mut self, t: u32, n_out: u32, outs: &[(usize, usize)]) {
+    fn run_profiled(&mut self, t: u32, splits: u32, n_out: u32, outs: &[(usize, usize)]) {
         let gpu = self.model.gpu.clone();
         let mut prof = self.profile.take().unwrap();
         let time = |prof: &mut HashMap<&'static str, f64>, name, f: &dyn Fn(&mut wgpu::CommandEncoder)| {
@@ -608,14 +749,14 @@ impl Session {
             gpu.flush();
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         };
-        for op in &self.pass.body {
+        for op in self.pass.body.iter().filter(|op| op.runs(t, splits)) {
             let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
-            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t));
+            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits));
         }
         time(&mut prof, "copy", &|enc| self.record_copies(enc, outs));
         for op in &self.pass.head {
             let name = if n_out <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
-            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out));
+            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out, 1));
         }
         self.profile = Some(prof);
     }
@@ -631,7 +772,9 @@ impl Session {
             pieces.iter().flat_map(|p| (self.held[p.seq].len()..self.held[p.seq].len() + p.tokens.len()).map(move |pos| [pos as u32, (p.seq * ctx) as u32])).collect();
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
-        gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, 0, 0, 0]));
+        let last = seq.iter().map(|s| s[0]).max().unwrap_or(0);
+        let splits = self.split.map_or(1, |sp| sp.slices(last));
+        gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, splits, 0, 0]));
         gpu.queue.write_buffer(&self.bufs.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
         gpu.queue.write_buffer(&self.bufs.tokens, 0, bytemuck::cast_slice(&tokens));
         gpu.queue.write_buffer(&self.bufs.seq, 0, bytemuck::cast_slice(&seq));
@@ -642,21 +785,21 @@ impl Session {
         }
         #[cfg(not(target_arch = "wasm32"))]
         if self.profile.is_some() {
-            self.run_profiled(t, n_out as u32, outs);
+            self.run_profiled(t, splits, n_out as u32, outs);
             return;
         }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for op in &self.pass.body {
-                op.record(&mut pass, t);
+                op.record(&mut pass, t, splits);
             }
         }
         if n_out > 0 {
             self.record_copies(&mut enc, outs);
             let mut pass = enc.begin_compute_pass(&Default::default());
             for op in &self.pass.head {
-                op.record(&mut pass, n_out as u32);
+                op.record(&mut pass, n_out as u32, 1);
             }
         }
         gpu.queue.submit([enc.finish()]);
