@@ -1,11 +1,11 @@
-// Decode attention split across workgroups (flash-decoding), for passes of a few tokens. One
+// Attention, split across workgroups (flash-decoding) for passes of a few tokens. One
 // workgroup takes one KV head, all G query heads that share it (so each key and value row is
 // read once for the group, not once per query head), one token, and one slice of `span` keys of
 // its context; it walks the slice in CHUNKs of keys: scores for the G heads into workgroup
 // memory, per head a running max and sum (online softmax), then the value rows weighted into
 // per-thread accumulators (a thread owns one or more words of a value row: adjacent threads
-// read adjacent words). With one slice (short contexts) it writes the normalised output; with
-// more, each slice writes its unnormalised sum with its (max, sum) to PART and
+// read adjacent words). With one slice (long passes, whose many tokens fill the device, and
+// short contexts) it writes the normalised output; with more, each slice writes its unnormalised sum with its (max, sum) to PART and
 // attn_combine.wgsl merges them. All math in f32.
 
 struct SplitParams {
@@ -50,8 +50,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let wcols = hd / vpw;
     let qpos = SEQ[t].x;
     let first = SEQ[t].y;
-    let lo = slice * p.span;
-    let hi = select(lo, min(lo + p.span, qpos + 1u), lo <= qpos);
+    // One slice (long passes, short contexts) is the whole context.
+    let span = select(p.span, 0xffffffffu, step.splits <= 1u);
+    let lo = slice * span;
+    let hi = select(lo, min(lo + span, qpos + 1u), lo <= qpos);
     let q0 = (t * p.heads + kvh * G) * hd4;
     for (var i = lid; i < G * hd4; i += 64u) {
         qs[i] = Q[q0 + i] * p.scale;

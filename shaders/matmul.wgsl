@@ -10,6 +10,8 @@
 @group(0) @binding(4) var<uniform> step: Step;
 
 override ACCUMULATE: bool = false;
+// Rows come in (gate, up) pairs (row 2i gate i, row 2i + 1 up i): Y[i] = silu(gate) * up.
+override GLU: bool = false;
 
 const BK: u32 = 32u;
 // ws[k * 16 + r] holds tile rows 4r..4r+3 at column k; xs likewise for tokens.
@@ -72,7 +74,13 @@ fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_in
         if (t < step.t) {
             for (var i = 0u; i < 8u; i++) {
                 let n = n0 + 8u * l.x + i;
-                if (n < p.n) {
+                if (GLU) {
+                    if (n < p.n && (i & 1u) == 0u) {
+                        let v = acc[2u * j + i / 4u][i % 4u];
+                        let up = acc[2u * j + (i + 1u) / 4u][(i + 1u) % 4u];
+                        Y[t * p.out_stride + (p.out_off + n) / 2u] = v / (1.0 + exp(-v)) * up;
+                    }
+                } else if (n < p.n) {
                     let o = t * p.out_stride + p.out_off + n;
                     let v = acc[2u * j + i / 4u][i % 4u];
                     if (ACCUMULATE) {

@@ -18,6 +18,8 @@
 @group(0) @binding(4) var<uniform> step: Step;
 
 override ACCUMULATE: bool = false;
+// Rows come in (gate, up) pairs (row 2i gate i, row 2i + 1 up i): Y[i] = silu(gate) * up.
+override GLU: bool = false;
 override LANES: u32 = 32u;
 const NR: u32 = 4u;
 const MAX_T: u32 = 8u;
@@ -82,11 +84,21 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 for (var i = 0u; i < LANES; i++) {
                     total += red[base + i];
                 }
-                let o = (t0 + b) * p.out_stride + p.out_off + row;
-                if (ACCUMULATE) {
-                    Y[o] += total;
+                if (GLU) {
+                    if ((lane & 1u) == 0u) {
+                        var up = 0.0;
+                        for (var i = 0u; i < LANES; i++) {
+                            up += red[base + 256u + i];
+                        }
+                        Y[(t0 + b) * p.out_stride + (p.out_off + row) / 2u] = total / (1.0 + exp(-total)) * up;
+                    }
                 } else {
-                    Y[o] = total;
+                    let o = (t0 + b) * p.out_stride + p.out_off + row;
+                    if (ACCUMULATE) {
+                        Y[o] += total;
+                    } else {
+                        Y[o] = total;
+                    }
                 }
             }
             workgroupBarrier();

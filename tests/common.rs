@@ -72,13 +72,18 @@ pub fn golden(path: &Path) -> Golden {
 
 /// Loads a model on a newly opened GPU; HF checkpoints in bf16 (their own dtype, exact).
 pub fn load(path: &Path, max_binding: Option<u64>) -> Model {
-    let opts = LoadOptions { gpu: GpuOptions { max_binding_size: max_binding }, hf_format: WeightFormat::BF16 };
+    let opts = LoadOptions { gpu: GpuOptions { max_binding_size: max_binding, ..Default::default() }, hf_format: WeightFormat::BF16 };
     pollster::block_on(Model::load(path, &opts)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Opens the GPU once, so several models share its compiled pipelines.
 pub fn gpu(max_binding: Option<u64>) -> Gpu {
-    pollster::block_on(Gpu::new(&GpuOptions { max_binding_size: max_binding })).expect("no usable GPU adapter")
+    pollster::block_on(Gpu::new(&GpuOptions { max_binding_size: max_binding, ..Default::default() })).expect("no usable GPU adapter")
+}
+
+/// Opens the GPU with only the baseline kernels (no fusions, no split attention).
+pub fn gpu_baseline() -> Gpu {
+    pollster::block_on(Gpu::new(&GpuOptions { baseline: true, ..Default::default() })).expect("no usable GPU adapter")
 }
 
 /// Loads a model on `gpu`; HF checkpoints in bf16.

@@ -11,11 +11,12 @@ fn opts(kv_f16: bool) -> SessionOptions {
 
 /// f32 KV cache: max |logit - golden| <= 0.01 everywhere, and greedy tokens identical up to the
 /// first step whose golden margin is < 0.05. Then the same with the binding size forced to 128 KiB
-/// (embedding, lm_head and logits split across buffers).
+/// (embedding, lm_head and logits split across buffers), and with the baseline kernels only.
 #[test]
 fn f32_cache_matches_golden_and_greedy() {
-    for binding in [None, Some(131072)] {
-        let gpu = gpu(binding);
+    for (binding, baseline) in [(None, false), (Some(131072), false), (None, true)] {
+        let gpu = if baseline { gpu_baseline() } else { gpu(binding) };
+        assert_eq!(gpu.fast.fused, !baseline);
         for (name, model_path, golden_path) in cases() {
             let g = golden(&golden_path);
             let model = load_on(&model_path, &gpu);
@@ -25,8 +26,8 @@ fn f32_cache_matches_golden_and_greedy() {
             let mut s = Session::new(&model, opts(false)).unwrap();
             let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
             let d = max_abs_diff(&logits, &g.logits);
-            println!("{name} binding={binding:?}: max |dlogit| = {d:.6}");
-            assert!(d <= 0.01, "{name} (binding {binding:?}): max |dlogit| {d} > 0.01");
+            println!("{name} binding={binding:?} baseline={baseline}: max |dlogit| = {d:.6}");
+            assert!(d <= 0.01, "{name} (binding {binding:?}, baseline {baseline}): max |dlogit| {d} > 0.01");
 
             s.reset();
             let n = g.greedy_ids.len();
@@ -95,20 +96,32 @@ fn prefill_then_decode_equals_one_prefill() {
 }
 
 /// Decode passes (a few tokens) take the split attention kernel, which walks a long context in
-/// several slices and merges them; its logits equal the one-workgroup-per-head kernel's that
-/// long prefill passes use, for each cache type and head layout.
+/// several slices and merges them; its logits equal those of one long pass (one slice per
+/// token) and of the baseline kernels (one workgroup per query head), for each cache type and
+/// head layout.
 #[test]
 fn split_attention_over_long_contexts_equals_full_attention() {
     let root = fixtures().join("models");
     let gpu = gpu(None);
+    let base = gpu_baseline();
     for m in ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"] {
         let model = load_on(&root.join(m), &gpu);
+        let base_model = load_on(&root.join(m), &base);
         let vocab = model.cfg.vocab_size as u32;
         // 700 tokens: three 256-key slices; then 5 tokens in one pass and 7 one at a time.
         let ids: Vec<u32> = (0..712u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % vocab).collect();
         for kv_f16 in [false, true] {
-            let mut s = Session::new(&model, SessionOptions { ctx_size: 1024, kv_f16, ..Default::default() }).unwrap();
+            let opts = SessionOptions { ctx_size: 1024, kv_f16, ..Default::default() };
+            let mut s = Session::new(&base_model, opts.clone()).unwrap();
+            let baseline = pollster::block_on(s.logits_all(&ids)).unwrap();
+            let mut s = Session::new(&model, opts).unwrap();
             let whole = pollster::block_on(s.logits_all(&ids)).unwrap();
+            let d = max_abs_diff(&whole, &baseline);
+            println!("{m} (f16 cache: {kv_f16}): one long pass vs baseline kernels, max |d| = {d}");
+            // The fused RoPE + store may round K differently in the last f32 bit, which can move
+            // an f16 cache entry by one f16 step; this model amplifies that (see the f16 test).
+            let bound = if kv_f16 { 0.15 } else { 1e-3 };
+            assert!(d <= bound, "{m}: {d}");
             s.reset();
             pollster::block_on(s.feed(&ids[..700])).unwrap();
             let mut stepped = vec![];

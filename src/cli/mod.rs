@@ -104,7 +104,7 @@ pub fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(usize, usize)) {
 pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     let path = model_path(c)?;
     let opts = LoadOptions {
-        gpu: GpuOptions { max_binding_size: c.max_binding_size },
+        gpu: GpuOptions { max_binding_size: c.max_binding_size, ..Default::default() },
         hf_format: WeightFormat::parse(&c.quant)?,
     };
     let (bar, progress) = progress_bar();

@@ -95,7 +95,7 @@ pub enum ToolCmd {
 pub fn run(cmd: ToolCmd) -> Result<()> {
     match cmd {
         ToolCmd::Info { max_binding_size } => {
-            let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size }))?;
+            let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size, ..Default::default() }))?;
             let l = &gpu.limits;
             println!(
                 "{}",

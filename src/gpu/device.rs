@@ -10,6 +10,26 @@ pub struct GpuOptions {
     /// Caps the storage binding size (and so every buffer) below the adapter's limit, to test
     /// tensor splitting on any machine.
     pub max_binding_size: Option<u64>,
+    /// Only the baseline kernels: no fused ops, no split attention (also with the environment
+    /// variable `TILDEOPEN_BASELINE_KERNELS=1`). For testing the fallbacks and for comparison.
+    pub baseline: bool,
+}
+
+/// The optional kernel paths a device uses; each has a baseline fallback that is tested.
+#[derive(Debug, Clone, Copy)]
+pub struct FastPaths {
+    /// Fused ops: RoPE with the KV store, gate and up with SwiGLU in one matrix kernel.
+    pub fused: bool,
+    /// Attention with the query heads of a KV head together, split across long contexts.
+    pub split_attention: bool,
+}
+
+impl FastPaths {
+    fn new(baseline: bool) -> Self {
+        #[cfg(not(target_arch = "wasm32"))]
+        let baseline = baseline || std::env::var("TILDEOPEN_BASELINE_KERNELS").is_ok_and(|v| v == "1");
+        FastPaths { fused: !baseline, split_attention: !baseline }
+    }
 }
 
 /// A device and queue plus the limits the engine plans with. Cloning shares the device and its
@@ -26,6 +46,7 @@ pub struct Gpu {
     pub kernels: std::sync::Arc<super::kernels::Kernels>,
     /// Set (with the reason) when the device is lost; every later GPU call fails.
     pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    pub fast: FastPaths,
 }
 
 impl Gpu {
@@ -93,7 +114,7 @@ impl Gpu {
                 *g = Some(format!("{reason:?}: {msg}"));
             }
         });
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost })
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast: FastPaths::new(opts.baseline) })
     }
 
     /// An error when the device has been lost (the model must be loaded again).

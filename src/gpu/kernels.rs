@@ -19,11 +19,14 @@ pub enum Slot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// `one`: the pipeline for one-token passes (decode of a single sequence).
-    MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool },
-    MatMul { ty: GgmlType, acc: bool },
+    MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool },
+    /// `glu`: rows are (gate, up) pairs and the output is silu(gate) * up.
+    MatMul { ty: GgmlType, acc: bool, glu: bool },
     Embed { ty: GgmlType },
     RmsNorm,
     Rope,
+    /// RoPE on Q and K plus the KV-cache store, in one kernel.
+    RopeKv { f16: bool },
     KvStore { f16: bool },
     KvCopy,
     Attention { f16: bool },
@@ -59,6 +62,7 @@ impl Kernel {
             }
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
+            Kernel::RopeKv { .. } => &[Ro, Rw, Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
             Kernel::KvCopy => &[Rw, Rw, Uniform],
             Kernel::Attention { .. } => &[Ro, Ro, Ro, Rw, Ro, Uniform, Uniform],
             Kernel::AttnSplit { .. } => &[Ro, Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
@@ -74,6 +78,7 @@ impl Kernel {
             Kernel::Embed { .. } => "embed",
             Kernel::RmsNorm => "rmsnorm",
             Kernel::Rope => "rope",
+            Kernel::RopeKv { .. } => "rope_kv",
             Kernel::KvStore { .. } => "kv_store",
             Kernel::KvCopy => "kv_copy",
             Kernel::Attention { .. } => "attention",
@@ -100,6 +105,7 @@ impl Kernel {
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
+            Kernel::RopeKv { .. } => (String::new(), include_str!("../../shaders/rope_kv.wgsl")),
             Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
             Kernel::KvCopy => (String::new(), include_str!("../../shaders/kv_copy.wgsl")),
             Kernel::Attention { .. } => (String::new(), include_str!("../../shaders/attention.wgsl")),
@@ -113,15 +119,15 @@ impl Kernel {
 
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::MatVec { acc, lanes, one, .. } => {
-                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64)];
+            Kernel::MatVec { acc, lanes, one, glu, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64), ("GLU", glu as u8 as f64)];
                 if one {
                     c.push(("NT", 1.0));
                 }
                 c
             }
-            Kernel::MatMul { acc, .. } => vec![("ACCUMULATE", acc as u8 as f64)],
-            Kernel::KvStore { f16 } | Kernel::Attention { f16 } => vec![("KV_F16", f16 as u8 as f64)],
+            Kernel::MatMul { acc, glu, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("GLU", glu as u8 as f64)],
+            Kernel::KvStore { f16 } | Kernel::Attention { f16 } | Kernel::RopeKv { f16 } => vec![("KV_F16", f16 as u8 as f64)],
             Kernel::AttnSplit { f16, g, chunk, gt, wpt } => vec![
                 ("KV_F16", f16 as u8 as f64),
                 ("G", g as f64),

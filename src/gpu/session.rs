@@ -8,7 +8,7 @@ use crate::model::config::{rope_table, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{matvec_lanes, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;
-use crate::model::{GpuMatrix, Layer, Model};
+use crate::model::{FfnIn, GpuMatrix, Layer, Model};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -46,15 +46,6 @@ enum Dispatch {
     AttnCombine { heads: u32 },
 }
 
-/// Which passes an op runs in: alternatives for the same step sit side by side in the op list.
-#[derive(Clone, Copy, PartialEq)]
-enum When {
-    Always,
-    /// Passes of at most `MATVEC_MAX_T` tokens.
-    Few,
-    /// Passes of more.
-    Many,
-}
 
 struct Op {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
@@ -64,7 +55,6 @@ struct Op {
     matvec: Option<[wgpu::ComputePipeline; 2]>,
     bind: wgpu::BindGroup,
     dispatch: Dispatch,
-    when: When,
 }
 
 const MAX_WG: u32 = 65535;
@@ -78,20 +68,15 @@ fn split(wgs: u32) -> (u32, u32) {
 }
 
 impl Op {
-    /// Whether this op runs in a pass of `t` tokens whose attention spans `splits` slices.
-    fn runs(&self, t: u32, splits: u32) -> bool {
-        let few = t <= MATVEC_MAX_T;
-        match (self.when, self.dispatch) {
-            (_, Dispatch::AttnCombine { .. }) if splits <= 1 => false,
-            (When::Always, _) => true,
-            (When::Few, _) => few,
-            (When::Many, _) => !few,
-        }
+    /// Whether this op runs in a pass whose attention spans `splits` slices (merging them is
+    /// skipped for one).
+    fn runs(&self, splits: u32) -> bool {
+        !matches!(self.dispatch, Dispatch::AttnCombine { .. }) || splits > 1
     }
 
     /// Records the op for a pass of `t` tokens (`splits` context slices for split attention).
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32, splits: u32) {
-        if !self.runs(t, splits) {
+        if !self.runs(splits) {
             return;
         }
         let (pipe, (x, y, z)) = match self.dispatch {
@@ -141,7 +126,7 @@ impl<'g> Builder<'g> {
 
     fn op(&self, k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch) -> Op {
         let ks = &self.gpu.kernels;
-        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d, when: When::Always }
+        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d }
     }
 
     /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
@@ -155,19 +140,28 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
+        self.mat_kind(out, m, x, y, acc, false, stride, step)
+    }
+
+    /// `y = silu(gate x) * (up x)` for a matrix whose rows are (gate, up) pairs.
+    fn mat_glu(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, stride: u32, step: &wgpu::Buffer) {
+        self.mat_kind(out, m, x, y, false, true, stride, step)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mat_kind(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, glu: bool, stride: u32, step: &wgpu::Buffer) {
         let ks = &self.gpu.kernels;
         for ch in &m.chunks {
             let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
-            let mm = Kernel::MatMul { ty: m.ty, acc };
+            let mm = Kernel::MatMul { ty: m.ty, acc, glu };
             let lanes = matvec_lanes(m.cols);
-            let mv = |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one });
+            let mv = |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one, glu });
             out.push(Op {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
                 matvec: Some([mv(true), mv(false)]),
                 bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
                 dispatch: Dispatch::Mat { n: ch.rows, lanes },
-                when: When::Always,
             });
         }
     }
@@ -330,7 +324,8 @@ impl Sizes {
                 "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
             )));
         }
-        Ok(Sizes { max_t, max_out, kv_bytes, split: Split::plan(c, opts.ctx_size, opts.kv_f16) })
+        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv_f16) } else { None };
+        Ok(Sizes { max_t, max_out, kv_bytes, split })
     }
 }
 
@@ -405,6 +400,7 @@ struct Params {
     norm: wgpu::Buffer,
     rope_q: wgpu::Buffer,
     rope_k: wgpu::Buffer,
+    rope_kv: wgpu::Buffer,
     kv: wgpu::Buffer,
     attn: wgpu::Buffer,
     split: wgpu::Buffer,
@@ -423,6 +419,7 @@ impl Params {
             norm: b.param(with_f32(u32s(&[c.hidden_size as u32]), c.rms_norm_eps)),
             rope_q: b.param(u32s(&[c.num_heads as u32, c.head_dim as u32])),
             rope_k: b.param(u32s(&[c.num_kv_heads as u32, c.head_dim as u32])),
+            rope_kv: b.param(u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32])),
             kv: b.param(u32s(&[c.kv_dim() as u32])),
             attn: b.param(with_f32(
                 u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]),
@@ -488,20 +485,32 @@ impl Builder<'_> {
         self.mat(ops, &l.wq, &b.xb, &b.q, false, qd, st);
         self.mat(ops, &l.wk, &b.xb, &b.k, false, kvd, st);
         self.mat(ops, &l.wv, &b.xb, &b.v, false, kvd, st);
-        ops.push(self.op(Kernel::Rope, &[&b.rope, &b.q, &p.rope_q, st], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
-        ops.push(self.op(Kernel::Rope, &[&b.rope, &b.k, &p.rope_k, st], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
-        ops.push(self.op(Kernel::KvStore { f16 }, &[&b.k, &b.v, kc, vc, &b.seq, &p.kv, st], Dispatch::Kv { pairs: kvd / 2 }));
+        if half % 2 == 0 && self.gpu.fast.fused {
+            // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
+            let per_token = c.num_heads as u32 * half + c.num_kv_heads as u32 * half / 2 + kvd / 2;
+            ops.push(self.op(Kernel::RopeKv { f16 }, &[&b.rope, &b.q, &b.k, &b.v, kc, vc, &b.seq, &p.rope_kv, st], Dispatch::Threads { per_token }));
+        } else {
+            ops.push(self.op(Kernel::Rope, &[&b.rope, &b.q, &p.rope_q, st], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
+            ops.push(self.op(Kernel::Rope, &[&b.rope, &b.k, &p.rope_k, st], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
+            ops.push(self.op(Kernel::KvStore { f16 }, &[&b.k, &b.v, kc, vc, &b.seq, &p.kv, st], Dispatch::Kv { pairs: kvd / 2 }));
+        }
         self.attention(ops, c, kc, vc, b, p, f16, split);
         self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
         ops.push(self.op(Kernel::RmsNorm, &[&l.ffn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
-        self.mat(ops, &l.w_gate, &b.xb, &b.gate, false, ffn, st);
-        self.mat(ops, &l.w_up, &b.xb, &b.up, false, ffn, st);
-        ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
+        match &l.ffn_in {
+            FfnIn::GateUp(m) => self.mat_glu(ops, m, &b.xb, &b.gate, ffn, st),
+            FfnIn::Split { gate, up } => {
+                self.mat(ops, gate, &b.xb, &b.gate, false, ffn, st);
+                self.mat(ops, up, &b.xb, &b.up, false, ffn, st);
+                ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
+            }
+        }
         self.mat(ops, &l.w_down, &b.gate, &b.x, true, h, st);
     }
 
-    /// att = softmax(q K^T / sqrt(head_dim)) V: split across the context for passes of a few
-    /// tokens (when the heads suit the split kernel), one workgroup per (token, head) for more.
+    /// att = softmax(q K^T / sqrt(head_dim)) V: one workgroup per (KV head, token) for the query
+    /// heads sharing it, split across the context for passes of a few tokens (then merged), when
+    /// the heads suit that kernel; else one workgroup per (query head, token).
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -515,20 +524,13 @@ impl Builder<'_> {
         split: Option<Split>,
     ) {
         let st = &b.step;
-        let mut full = self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 });
         let Some(sp) = split else {
-            ops.push(full);
+            ops.push(self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 }));
             return;
         };
-        full.when = When::Many;
-        ops.push(full);
         let k = Kernel::AttnSplit { f16, g: sp.g, chunk: sp.chunk, gt: sp.gt, wpt: sp.wpt };
-        let mut parts = self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32 });
-        parts.when = When::Few;
-        ops.push(parts);
-        let mut merge = self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 });
-        merge.when = When::Few;
-        ops.push(merge);
+        ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32 }));
+        ops.push(self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 }));
     }
 
     /// The output head: the final norm runs in the body (on every token, into `xb`); the kept
@@ -749,7 +751,7 @@ impl Session {
             gpu.flush();
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         };
-        for op in self.pass.body.iter().filter(|op| op.runs(t, splits)) {
+        for op in self.pass.body.iter().filter(|op| op.runs(splits)) {
             let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
             time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits));
         }
@@ -773,7 +775,11 @@ impl Session {
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
         let last = seq.iter().map(|s| s[0]).max().unwrap_or(0);
-        let splits = self.split.map_or(1, |sp| sp.slices(last));
+        // Long passes have tokens enough to fill the device: one slice each.
+        let splits = match self.split {
+            Some(sp) if t <= MATVEC_MAX_T => sp.slices(last),
+            _ => 1,
+        };
         gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, splits, 0, 0]));
         gpu.queue.write_buffer(&self.bufs.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
         gpu.queue.write_buffer(&self.bufs.tokens, 0, bytemuck::cast_slice(&tokens));

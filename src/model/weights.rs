@@ -28,6 +28,11 @@ pub struct GpuMatrix {
 
 impl GpuMatrix {
     pub fn upload(gpu: &Gpu, name: &str, t: &HostTensor) -> Result<Self> {
+        Self::upload_grouped(gpu, name, t, 1)
+    }
+
+    /// [`GpuMatrix::upload`] with every buffer holding a multiple of `group` rows.
+    fn upload_grouped(gpu: &Gpu, name: &str, t: &HostTensor, group: usize) -> Result<Self> {
         if t.data.len() != t.ty.row_bytes(t.cols)? * t.rows {
             return Err(Error::Shape(format!("{name}: {} bytes for {}x{} {}", t.data.len(), t.rows, t.cols, t.ty.name())));
         }
@@ -37,7 +42,7 @@ impl GpuMatrix {
             return Err(Error::Unsupported(format!("{name}: {} columns is not a multiple of 32", t.cols)));
         }
         // Leave room for the 4 padding bytes of each buffer.
-        let rows_per = ((gpu.max_binding - 4) / row_bytes as u64) as usize;
+        let rows_per = ((gpu.max_binding - 4) / row_bytes as u64) as usize / group * group;
         if rows_per == 0 {
             return Err(Error::Gpu(format!(
                 "{name}: one row ({row_bytes} bytes) exceeds the device's binding limit of {} bytes",
@@ -56,6 +61,15 @@ impl GpuMatrix {
     }
 }
 
+/// The gate and up projections of an FFN.
+#[derive(Clone)]
+pub enum FfnIn {
+    /// One matrix with the rows interleaved (gate row i at 2i, up row i at 2i + 1), so one
+    /// kernel reads the input once and writes silu(gate) * up: when both have the same type.
+    GateUp(GpuMatrix),
+    Split { gate: GpuMatrix, up: GpuMatrix },
+}
+
 /// One transformer block.
 #[derive(Clone)]
 pub struct Layer {
@@ -65,8 +79,8 @@ pub struct Layer {
     pub wv: GpuMatrix,
     pub wo: GpuMatrix,
     pub ffn_norm: wgpu::Buffer,
-    pub w_gate: GpuMatrix,
-    pub w_up: GpuMatrix,
+    /// The FFN's gate and up projections.
+    pub ffn_in: FfnIn,
     pub w_down: GpuMatrix,
 }
 
@@ -109,17 +123,47 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
     async fn mat(&mut self, src: &mut impl TensorSource, name: &str, rows: usize, cols: usize) -> Result<GpuMatrix> {
         let t = src.tensor(name, rows, cols).await?;
         let m = GpuMatrix::upload(self.gpu, name, &t)?;
-        self.bytes += t.data.len() as u64;
-        self.since_flush += t.data.len() as u64;
+        self.count(t.data.len() as u64, 1);
+        Ok(m)
+    }
+
+    /// The gate and up matrices, interleaved into one when their types match.
+    async fn gate_up(&mut self, src: &mut impl TensorSource, gate: &str, upn: &str, rows: usize, cols: usize) -> Result<FfnIn> {
+        let g = src.tensor(gate, rows, cols).await?;
+        // Owned, so the source can be asked for the next tensor.
+        let g = HostTensor { ty: g.ty, rows: g.rows, cols: g.cols, data: std::borrow::Cow::Owned(g.data.into_owned()) };
+        let u = src.tensor(upn, rows, cols).await?;
+        let n = (g.data.len() + u.data.len()) as u64;
+        let fin = if g.ty == u.ty && self.gpu.fast.fused {
+            let rb = g.ty.row_bytes(cols)?;
+            if g.data.len() != rb * rows || u.data.len() != rb * rows {
+                return Err(Error::Shape(format!("{gate}/{upn}: {} and {} bytes for {rows}x{cols} {}", g.data.len(), u.data.len(), g.ty.name())));
+            }
+            let mut data = Vec::with_capacity(g.data.len() * 2);
+            for (a, b) in g.data.chunks_exact(rb).zip(u.data.chunks_exact(rb)) {
+                data.extend_from_slice(a);
+                data.extend_from_slice(b);
+            }
+            let t = HostTensor { rows: 2 * rows, data: data.into(), ..g };
+            FfnIn::GateUp(GpuMatrix::upload_grouped(self.gpu, gate, &t, 2)?)
+        } else {
+            FfnIn::Split { gate: GpuMatrix::upload(self.gpu, gate, &g)?, up: GpuMatrix::upload(self.gpu, upn, &u)? }
+        };
+        self.count(n, 2);
+        Ok(fin)
+    }
+
+    fn count(&mut self, bytes: u64, mats: usize) {
+        self.bytes += bytes;
+        self.since_flush += bytes;
         if self.since_flush > 256 << 20 {
             // Let the staging memory of queued uploads go before it piles up.
             self.gpu.queue.submit([]);
             self.gpu.flush();
             self.since_flush = 0;
         }
-        self.done += 1;
+        self.done += mats;
         (self.progress)(self.done, self.total);
-        Ok(m)
     }
 
     async fn vec(&mut self, src: &mut impl TensorSource, name: &str, n: usize) -> Result<wgpu::Buffer> {
@@ -145,8 +189,7 @@ impl Model {
                 wv: up.mat(src, &n("attn_v"), kv, h).await?,
                 wo: up.mat(src, &n("attn_output"), h, q).await?,
                 ffn_norm: up.vec(src, &n("ffn_norm"), h).await?,
-                w_gate: up.mat(src, &n("ffn_gate"), f, h).await?,
-                w_up: up.mat(src, &n("ffn_up"), f, h).await?,
+                ffn_in: up.gate_up(src, &n("ffn_gate"), &n("ffn_up"), f, h).await?,
                 w_down: up.mat(src, &n("ffn_down"), h, f).await?,
             });
         }
