@@ -29,30 +29,42 @@ fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_in
         acc[i] = vec4<f32>(0.0);
     }
     let kq = p.k >> 2u;
-    // This thread stages tile row `lid` of W and tile token `lid` of X.
-    let slot = lid / 4u;
-    let comp = lid % 4u;
-    let wrow = n0 + lid;
-    let xtok = t0 + lid;
+    // This thread stages tile rows (and tokens) 4s .. 4s + 3 at columns 8c .. 8c + 7 of each
+    // K step: four dequant8 calls, then a 4x4 transpose in registers so every workgroup-memory
+    // store is a whole vec4.
+    let s4 = lid / 4u;
+    let cq = lid % 4u;
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        for (var c = 0u; c < BK; c += 8u) {
-            var w = F8(vec4<f32>(0.0), vec4<f32>(0.0));
-            if (wrow < p.n) {
-                w = dequant8(wrow * p.row_bytes, k0 + c);
+        let kc = k0 + 8u * cq;
+        var wa: array<vec4<f32>, 4>;
+        var wb: array<vec4<f32>, 4>;
+        var xa: array<vec4<f32>, 4>;
+        var xb: array<vec4<f32>, 4>;
+        for (var r = 0u; r < 4u; r++) {
+            let row = n0 + 4u * s4 + r;
+            wa[r] = vec4<f32>(0.0);
+            wb[r] = vec4<f32>(0.0);
+            if (row < p.n) {
+                let f = dequant8(row * p.row_bytes, kc);
+                wa[r] = f.a;
+                wb[r] = f.b;
             }
-            var xa = vec4<f32>(0.0);
-            var xb = vec4<f32>(0.0);
-            if (xtok < step.t) {
-                let xi = xtok * kq + ((k0 + c) >> 2u);
-                xa = X[xi];
-                xb = X[xi + 1u];
+            let tok = t0 + 4u * s4 + r;
+            xa[r] = vec4<f32>(0.0);
+            xb[r] = vec4<f32>(0.0);
+            if (tok < step.t) {
+                let xi = tok * kq + (kc >> 2u);
+                xa[r] = X[xi];
+                xb[r] = X[xi + 1u];
             }
-            for (var i = 0u; i < 4u; i++) {
-                ws[(c + i) * 16u + slot][comp] = w.a[i];
-                ws[(c + 4u + i) * 16u + slot][comp] = w.b[i];
-                xs[(c + i) * 16u + slot][comp] = xa[i];
-                xs[(c + 4u + i) * 16u + slot][comp] = xb[i];
-            }
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let c0 = (8u * cq + i) * 16u + s4;
+            let c1 = (8u * cq + 4u + i) * 16u + s4;
+            ws[c0] = vec4<f32>(wa[0][i], wa[1][i], wa[2][i], wa[3][i]);
+            ws[c1] = vec4<f32>(wb[0][i], wb[1][i], wb[2][i], wb[3][i]);
+            xs[c0] = vec4<f32>(xa[0][i], xa[1][i], xa[2][i], xa[3][i]);
+            xs[c1] = vec4<f32>(xb[0][i], xb[1][i], xb[2][i], xb[3][i]);
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
