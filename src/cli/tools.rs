@@ -89,6 +89,10 @@ pub enum ToolCmd {
         /// Also print GPU time per kernel (each kernel then runs on its own: slower overall).
         #[arg(long)]
         profile: bool,
+        /// Also measure the device's copy bandwidth (for the roofline: weight bytes read per
+        /// decode step / bandwidth).
+        #[arg(long)]
+        bandwidth: bool,
     },
 }
 
@@ -205,7 +209,7 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             println!("chunks: {}, scored tokens: {}", r.chunks, r.scored);
             println!("PPL = {:.4}", r.ppl);
         }
-        ToolCmd::Bench { common, prompt_tokens, gen_tokens, repeat, json, profile } => {
+        ToolCmd::Bench { common, prompt_tokens, gen_tokens, repeat, json, profile, bandwidth } => {
             let l = load(&common, prompt_tokens + gen_tokens)?;
             let mut s = Session::new(&l.model, l.sess)?;
             if profile {
@@ -234,6 +238,10 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                 dec.push(gen_tokens as f64 / (t2 - t1).as_secs_f64());
             }
             let (p, d) = (median(&mut pre), median(&mut dec));
+            // What one decode step records at the end of the run (one submit per step).
+            let dispatches = s.dispatches(1, prompt_tokens + gen_tokens, 1);
+            let layers = l.model.cfg.num_layers;
+            let bw = if bandwidth { Some(l.model.gpu.copy_bandwidth()?) } else { None };
             if let Some(prof) = s.profile() {
                 let mut v: Vec<_> = prof.iter().collect();
                 v.sort_by(|a, b| b.1.total_cmp(a.1));
@@ -250,11 +258,19 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeat": repeat,
                         "adapter": info.name, "backend": format!("{:?}", info.backend),
                         "weights_bytes": l.model.weight_bytes,
+                        "dispatches_per_token": dispatches, "submits_per_token": 1, "layers": layers,
+                        "baseline_kernels": !l.model.gpu.fast.fused,
+                        "bandwidth_gb_s": bw.map(|b| b / 1e9),
                     })
                 );
             } else {
                 println!("adapter: {} ({:?})", info.name, info.backend);
                 println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");
+                println!("decode step: {dispatches} dispatches ({layers} layers), 1 submit");
+                if let Some(b) = bw {
+                    let roof = b / l.model.weight_bytes as f64;
+                    println!("copy bandwidth: {:.1} GB/s; decode roofline (weights read once a step): {roof:.1} tok/s", b / 1e9);
+                }
             }
         }
     }

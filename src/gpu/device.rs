@@ -193,6 +193,31 @@ impl Gpu {
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
     }
 
+    /// Bytes per second the device copies buffer to buffer (each byte read once and written
+    /// once, counted twice), over 8 copies of up to 256 MiB.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn copy_bandwidth(&self) -> Result<f64> {
+        let size = (self.max_binding.min(256 << 20) / 2 / 256 * 256).max(256);
+        let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        let a = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("bw_a"), size, usage, mapped_at_creation: false });
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("bw_b"), size, usage, mapped_at_creation: false });
+        let run = |n: usize| {
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            for i in 0..n {
+                let (src, dst) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                enc.copy_buffer_to_buffer(src, 0, dst, 0, size);
+            }
+            let t0 = std::time::Instant::now();
+            self.queue.submit([enc.finish()]);
+            self.flush();
+            t0.elapsed().as_secs_f64()
+        };
+        run(1);
+        let secs = run(8);
+        self.check_lost()?;
+        Ok(2.0 * 8.0 * size as f64 / secs.max(1e-9))
+    }
+
     /// Copies `size` bytes at `offset` of `src` back to the host.
     pub async fn read(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {

@@ -937,6 +937,18 @@ impl Session {
         Ok(out)
     }
 
+    /// Compute dispatches a pass of `t` tokens records when its latest token is at position
+    /// `last` and it keeps `n_out` logit rows (a decode step: `t = 1, n_out = 1`). Every pass is
+    /// one submit.
+    pub fn dispatches(&self, t: usize, last: usize, n_out: usize) -> usize {
+        let splits = match self.split {
+            Some(sp) if t as u32 <= MATVEC_MAX_T => sp.slices(last as u32),
+            _ => 1,
+        };
+        let body = self.pass.body.iter().filter(|op| op.runs(splits)).count();
+        body + if n_out > 0 { self.pass.head.len() } else { 0 }
+    }
+
     /// The most tokens one pass takes.
     pub fn max_batch(&self) -> usize {
         self.max_t
