@@ -26,7 +26,10 @@ impl Drop for Server {
 
 fn start(extra: &[&str]) -> Server {
     let m = tiny();
-    let mut args = vec!["serve", "--model", &m, "--port", "0", "--ctx-size", "128", "--model-name", "tiny-test"];
+    let mut args = vec!["serve", "--model", &m, "--port", "0", "--model-name", "tiny-test"];
+    if !extra.contains(&"--ctx-size") {
+        args.extend(["--ctx-size", "128"]);
+    }
     args.extend_from_slice(extra);
     let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
         .args(&args)
@@ -144,7 +147,7 @@ fn endpoints_stream_errors_and_concurrency() {
     let addr = b.strip_prefix("http://").unwrap();
     let mut tcp = std::net::TcpStream::connect(addr).unwrap();
     let body = r#"{"messages":[{"role":"user","content":"Go on."}],"max_tokens":100,"stream":true}"#;
-    write!(tcp, "POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+    write!(tcp, "POST /invocations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut first = [0u8; 64];
     tcp.read_exact(&mut first).unwrap();
     drop(tcp);
@@ -187,6 +190,92 @@ fn endpoints_stream_errors_and_concurrency() {
     assert_eq!(code, 200);
     // The dropped stream's generation was stopped, not run to its 100 tokens.
     assert!(s.log.lock().unwrap().iter().any(|l| l.contains("client went away")), "{:?}", s.log.lock().unwrap());
+}
+
+/// One raw HTTP/1.1 request (`head` without the final blank line); returns the status and the
+/// whole response text.
+fn raw(base: &str, head: &str, body: &str) -> (u16, String) {
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    write!(tcp, "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
+    let mut out = String::new();
+    tcp.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, out)
+}
+
+/// Web pages cannot use the server unless allowed; a foreign Host (DNS rebinding) is refused;
+/// bodies must be JSON; with an API key every route but /ping needs it; the wait queue is
+/// bounded; nothing refused generates.
+#[test]
+fn access_control_and_limits() {
+    let s = start(&["--ctx-size", "2048", "--parallel", "1", "--max-queue", "1", "--allowed-origins", "https://app.example", "--api-key", "s3cret"]);
+    let b = &s.base;
+    let hostp = b.strip_prefix("http://").unwrap().to_string();
+    let auth = "Authorization: Bearer s3cret";
+    let post = |extra: &str, body: &str| raw(b, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: {hostp}\r\n{extra}"), body);
+    let json = "Content-Type: application/json";
+    // Allowed: no Origin, with the key.
+    let (code, out) = post(&format!("{json}\r\n{auth}"), HI);
+    assert_eq!(code, 200, "{out}");
+    // A page of another origin, even a "simple" text/plain request: 403, nothing generated.
+    let (code, out) = post(&format!("Content-Type: text/plain\r\nOrigin: https://evil.example\r\n{auth}"), HI);
+    assert_eq!(code, 403, "{out}");
+    assert!(out.contains("origin_not_allowed") && !out.contains("chat.completion"), "{out}");
+    // text/plain without an Origin: 415.
+    let (code, out) = post(&format!("Content-Type: text/plain\r\n{auth}"), HI);
+    assert_eq!(code, 415, "{out}");
+    // An allowed origin: its preflight is answered, then the request with CORS headers.
+    let (code, out) = raw(b, &format!("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: {hostp}\r\nOrigin: https://app.example\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type"), "");
+    assert_eq!(code, 204, "{out}");
+    let lower = out.to_ascii_lowercase();
+    assert!(lower.contains("access-control-allow-origin: https://app.example") && lower.contains("access-control-allow-headers: authorization, content-type"), "{out}");
+    let (code, out) = post(&format!("{json}\r\nOrigin: https://app.example\r\n{auth}"), HI);
+    assert_eq!(code, 200, "{out}");
+    assert!(out.to_ascii_lowercase().contains("access-control-allow-origin: https://app.example"), "{out}");
+    // A preflight from another origin: 403.
+    let (code, _) = raw(b, &format!("OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: {hostp}\r\nOrigin: http://evil.example"), "");
+    assert_eq!(code, 403);
+    // The server's own loopback origin is allowed.
+    let (code, out) = post(&format!("{json}\r\nOrigin: http://{hostp}\r\n{auth}"), HI);
+    assert_eq!(code, 200, "{out}");
+    // DNS rebinding: a foreign Host on a loopback-bound server.
+    let (code, out) = raw(b, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: evil.example:{}\r\n{json}\r\n{auth}", hostp.rsplit(':').next().unwrap()), HI);
+    assert_eq!(code, 403, "{out}");
+    assert!(out.contains("host_not_allowed"), "{out}");
+    // API key: missing or wrong is 401 everywhere but /ping.
+    let (code, out) = post(json, HI);
+    assert_eq!(code, 401, "{out}");
+    assert!(out.to_ascii_lowercase().contains("www-authenticate: bearer"), "{out}");
+    let (code, _) = post(&format!("{json}\r\nAuthorization: Bearer s3cres"), HI);
+    assert_eq!(code, 401);
+    let (code, _) = raw(b, &format!("GET /v1/models HTTP/1.1\r\nHost: {hostp}"), "");
+    assert_eq!(code, 401);
+    let (code, _) = raw(b, &format!("GET /ping HTTP/1.1\r\nHost: {hostp}"), "");
+    assert_eq!(code, 200);
+    // Bounds on stop lists and messages.
+    let stops: Vec<String> = (0..17).map(|i| format!("\"s{i}\"")).collect();
+    let (code, out) = post(&format!("{json}\r\n{auth}"), &format!(r#"{{"messages":[{{"role":"user","content":"x"}}],"stop":[{}]}}"#, stops.join(",")));
+    assert_eq!(code, 400, "{out}");
+    assert!(out.contains("stop"), "{out}");
+
+    // The queue: one slot busy with a long stream, one request waiting; the next gets 503 with
+    // Retry-After, and the waiting one is answered once the slot frees.
+    let addr = hostp.clone();
+    let mut busy = std::net::TcpStream::connect(&addr).unwrap();
+    let long = r#"{"messages":[{"role":"user","content":"Go on."}],"max_tokens":1900,"stream":true}"#;
+    write!(busy, "POST /invocations HTTP/1.1\r\nHost: {addr}\r\n{json}\r\n{auth}\r\nContent-Length: {}\r\n\r\n{long}", long.len()).unwrap();
+    let mut first = [0u8; 64];
+    busy.read_exact(&mut first).unwrap();
+    let (b2, h2) = (b.clone(), hostp.clone());
+    let waiter = std::thread::spawn(move || raw(&b2, &format!("POST /v1/chat/completions HTTP/1.1\r\nHost: {h2}\r\nContent-Type: application/json\r\nAuthorization: Bearer s3cret"), HI));
+    std::thread::sleep(Duration::from_millis(800));
+    let (code, out) = post(&format!("{json}\r\n{auth}"), HI);
+    assert_eq!(code, 503, "{out}");
+    assert!(out.to_ascii_lowercase().contains("retry-after:") && out.contains("overloaded"), "{out}");
+    drop(busy);
+    let (code, out) = waiter.join().unwrap();
+    assert_eq!(code, 200, "{out}");
 }
 
 fn batch(args: &[&str]) -> std::process::Output {

@@ -125,11 +125,11 @@ impl ChatRequest {
     /// Parses a JSON request body; malformed JSON or wrong types are an [`ApiError`].
     pub fn from_json(body: &str) -> Result<Self, ApiError> {
         let malformed = |e: String| ApiError::invalid(format!("malformed request: {e}"), None);
-        let v: serde_json::Value = serde_json::from_str(body).map_err(|e| malformed(e.to_string()))?;
-        if !v.is_object() {
+        // Straight into the request type: no intermediate JSON tree of a large body.
+        if !body.trim_start().starts_with('{') {
             return Err(malformed("the body must be a JSON object".into()));
         }
-        let r: ChatRequest = serde_json::from_value(v).map_err(|e| malformed(e.to_string()))?;
+        let r: ChatRequest = serde_json::from_str(body).map_err(|e| malformed(e.to_string()))?;
         r.validate()?;
         Ok(r)
     }
@@ -202,8 +202,15 @@ impl ChatRequest {
                 return bad("n", format!("n must be 1 (one choice per response), got {n}"));
             }
         }
-        if self.stop_strings().iter().any(String::is_empty) {
+        let stops = self.stop_strings();
+        if stops.iter().any(String::is_empty) {
             return bad("stop", "stop strings must not be empty".into());
+        }
+        if stops.len() > MAX_STOPS || stops.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+            return bad("stop", format!("at most {MAX_STOPS} stop strings of at most {MAX_STOP_BYTES} bytes each"));
+        }
+        if self.messages.len() > MAX_MESSAGES {
+            return bad("messages", format!("at most {MAX_MESSAGES} messages ({} given)", self.messages.len()));
         }
         Ok(())
     }
@@ -308,6 +315,12 @@ pub struct ApiError {
     /// e.g. `context_length_exceeded`.
     pub code: Option<String>,
 }
+
+/// The most stop strings a request may give, and their longest length in bytes.
+pub const MAX_STOPS: usize = 16;
+pub const MAX_STOP_BYTES: usize = 256;
+/// The most messages in one request.
+pub const MAX_MESSAGES: usize = 4096;
 
 impl ApiError {
     pub fn invalid(message: String, param: Option<&str>) -> Self {

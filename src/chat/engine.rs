@@ -125,14 +125,30 @@ pub struct Prepared {
 
 impl Prompter {
     /// Validates the request, renders and tokenizes its prompt, and checks it fits the context
-    /// window. A prompt whose letters and digits alone are more tokens than the context is
-    /// rejected before it is tokenized.
+    /// window. A prompt whose letters, digits and ASCII punctuation alone are more tokens than
+    /// the context is rejected before it is tokenized.
     pub fn prepare(&self, req: &ChatRequest) -> std::result::Result<Prepared, ApiError> {
         req.validate()?;
         let text = self.render(req)?;
-        let at_least = text.chars().filter(|c| c.is_alphanumeric()).count() / self.max_piece_bytes;
+        // Letters, digits and ASCII punctuation survive every normalizer (spaces may collapse,
+        // accents and control characters may go), and each token spells at most
+        // `max_piece_bytes` of them.
+        let at_least = text.chars().filter(|c| c.is_ascii_graphic() || c.is_alphanumeric()).count() / self.max_piece_bytes;
         if at_least >= self.ctx {
             return Err(ApiError::context_length_at_least(at_least, self.ctx));
+        }
+        // Beyond four times what the context could spell even in its longest pieces, the rest
+        // can only be whitespace that a normalizer collapses: refused before the tokenizer
+        // spends memory on it.
+        let cap = 4 * self.ctx * self.max_piece_bytes;
+        if text.len() > cap {
+            let mut e = ApiError::context_length(0, self.ctx);
+            e.message = format!(
+                "the request's messages are {} bytes, more than a context window of {} tokens takes (at most {cap} bytes)",
+                text.len(),
+                self.ctx
+            );
+            return Err(e);
         }
         let prompt = self.tokenize(&text)?;
         if prompt.is_empty() {
@@ -294,6 +310,24 @@ impl ChatEngine {
     /// The context window in tokens (of each parallel request).
     pub fn context_size(&self) -> usize {
         self.session.ctx_size()
+    }
+
+    /// An error once the GPU is lost or has reported an error: the engine cannot answer again
+    /// (load the model anew, or restart the process).
+    pub fn check_device(&self) -> Result<()> {
+        self.session.check_device()
+    }
+
+    /// Drops every request in flight and forgets every cache (after a fault: nothing the engine
+    /// held can be trusted). Returns the ids that were dropped.
+    pub fn abort_all(&mut self) -> Vec<RequestId> {
+        let ids: Vec<RequestId> = self.active.drain(..).map(|a| a.id).collect();
+        self.outbox.clear();
+        for s in &mut self.slots {
+            s.busy = false;
+        }
+        self.session.reset();
+        ids
     }
 
     /// How many requests can be answered at once.

@@ -29,6 +29,18 @@ pub enum ServeCmd {
         /// KV cache; more wait in arrival order.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
+        /// Web page origins (scheme://host[:port], comma-separated; `*` for any) allowed to
+        /// call the server. Requests without an Origin (curl, SDKs) and the server's own
+        /// loopback origin are always allowed; others get 403.
+        #[arg(long, value_delimiter = ',')]
+        allowed_origins: Vec<String>,
+        /// Require `Authorization: Bearer KEY` on every route but /ping (default:
+        /// $TILDEOPEN_API_KEY when set).
+        #[arg(long, env = "TILDEOPEN_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Requests that may wait for a free slot; more get 503 with Retry-After.
+        #[arg(long, default_value_t = tildeopen::serve::server::DEFAULT_MAX_QUEUE)]
+        max_queue: usize,
     },
     /// Batch Transform: one chat request per line of INPUT, one response per line of
     /// <output-dir>/<input name>.out, in order; rerun to resume.
@@ -53,7 +65,7 @@ pub enum ServeCmd {
 
 pub fn run(cmd: ServeCmd) -> Result<()> {
     match cmd {
-        ServeCmd::Serve { common, host, port, model_name, max_body_bytes, parallel } => {
+        ServeCmd::Serve { common, host, port, model_name, max_body_bytes, parallel, allowed_origins, api_key, max_queue } => {
             let sagemaker = std::env::var_os("SAGEMAKER_BIND_TO_PORT").is_some() || Path::new(SAGEMAKER_MODEL_DIR).is_dir();
             let port = match port {
                 Some(p) => p,
@@ -63,7 +75,7 @@ pub fn run(cmd: ServeCmd) -> Result<()> {
                 },
             };
             let host = host.unwrap_or_else(|| if sagemaker { "0.0.0.0" } else { "127.0.0.1" }.to_string());
-            let opts = tildeopen::serve::server::ServeOptions { host, port, max_body_bytes };
+            let opts = tildeopen::serve::server::ServeOptions { host, port, max_body_bytes, allowed_origins, api_key, max_queue };
             tildeopen::serve::server::serve(opts, move || engine_named(&common, model_name, parallel), |addr| {
                 eprintln!("listening on http://{addr}");
             })?;

@@ -114,6 +114,18 @@ impl Gpu {
                 *g = Some(format!("{reason:?}: {msg}"));
             }
         });
+        // A validation or internal error outside an error scope (wgpu's default handler
+        // panics): recorded like a lost device, so the next GPU call fails with an error.
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let l = lost.clone();
+            device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
+                log::error!("GPU error: {e}");
+                if let Ok(mut g) = l.lock() {
+                    g.get_or_insert_with(|| format!("GPU error: {e}"));
+                }
+            }));
+        }
         Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast: FastPaths::new(opts.baseline) })
     }
 

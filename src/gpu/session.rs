@@ -593,6 +593,11 @@ impl Session {
         })
     }
 
+    /// An error once the device is lost or has reported an error.
+    pub fn check_device(&self) -> Result<()> {
+        self.model.gpu.check_lost()
+    }
+
     /// Tokens already in the KV cache (of sequence 0).
     pub fn position(&self) -> usize {
         self.held[0].len()

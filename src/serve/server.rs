@@ -3,23 +3,35 @@
 //! `GET /v1/models`), with server-sent events for `"stream": true`.
 //!
 //! One worker thread owns the model and answers up to `parallel` requests at once, their decode
-//! steps and prompt chunks sharing each forward pass (continuous batching); more wait in arrival
-//! order (FIFO: nobody starves). HTTP handlers only parse, queue and relay. A client that goes
-//! away stops its generation at the next token.
+//! steps and prompt chunks sharing each forward pass (continuous batching); up to `max_queue`
+//! more wait in arrival order (FIFO: nobody starves), beyond that 503 with `Retry-After`. HTTP
+//! handlers parse, validate, render and tokenize (on the blocking pool, never on the model
+//! thread), queue and relay. A client that goes away stops its generation at the next token.
+//!
+//! Access control, since every web page the user opens can reach a local port: requests with an
+//! `Origin` that is not allowed get 403 (allowed: no `Origin`, the server's own loopback origin,
+//! `allowed_origins`); bound to a loopback address, only loopback `Host` names are answered (DNS
+//! rebinding); with an API key, every route but `/ping` needs `Authorization: Bearer KEY`; POST
+//! bodies must be `application/json` (which also makes browsers send a CORS preflight).
+//!
+//! Health: a panic while answering fails the requests in flight (500) and the worker goes on
+//! with empty caches; a lost device (or a GPU error) or a dead worker turns `/ping` into 503 and
+//! makes `serve` return an error, so the process exits non-zero and the platform restarts it.
 
 use crate::chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest};
-use crate::chat::{self, ChatEngine, Output, RequestId};
+use crate::chat::{self, ChatEngine, Output, Prepared, Prompter, RequestId};
 use crate::error::Result;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
@@ -30,6 +42,106 @@ pub struct ServeOptions {
     pub port: u16,
     /// Largest request body in bytes.
     pub max_body_bytes: usize,
+    /// Origins (`scheme://host[:port]`) whose pages may call the server, besides its own
+    /// loopback origin; `*` allows every origin.
+    pub allowed_origins: Vec<String>,
+    /// When set, every route but `/ping` needs `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Requests that may wait for a slot; more get 503 with `Retry-After`.
+    pub max_queue: usize,
+}
+
+/// The most requests waiting for a slot by default.
+pub const DEFAULT_MAX_QUEUE: usize = 32;
+
+/// Who may call the server (see the module docs).
+struct Access {
+    /// Bound to a loopback address: only loopback host names are answered.
+    loopback: bool,
+    origins: Vec<String>,
+    any_origin: bool,
+    api_key: Option<String>,
+}
+
+/// `host[:port]` names this machine only.
+fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, port)| if port.chars().all(|c| c.is_ascii_digit()) { h } else { host })
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Equal in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Access {
+    fn origin_allowed(&self, origin: &str, host: &str) -> bool {
+        let origin = origin.trim_end_matches('/');
+        self.any_origin
+            || self.origins.iter().any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin))
+            // The server's own origin, on loopback only.
+            || (is_loopback_host(host) && ["http://", "https://"].iter().any(|s| origin.eq_ignore_ascii_case(&format!("{s}{host}"))))
+    }
+}
+
+fn deny(status: u16, code: &str, message: String) -> Response {
+    let kind = if status == 401 { "authentication_error" } else { "invalid_request_error" };
+    error_response(&ApiError { status, message, kind: kind.into(), param: None, code: Some(code.into()) })
+}
+
+/// Host, Origin, CORS preflight, API key and content type, before any route.
+async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let a = &st.access;
+    let headers = req.headers();
+    let text = |h: &HeaderMap, n: header::HeaderName| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let host = text(headers, header::HOST).unwrap_or_default();
+    if a.loopback && !is_loopback_host(&host) {
+        return deny(403, "host_not_allowed", format!("Host {host:?} is not a loopback name, and this server is bound to loopback"));
+    }
+    let origin = text(headers, header::ORIGIN);
+    if let Some(o) = &origin {
+        if !a.origin_allowed(o, &host) {
+            return deny(403, "origin_not_allowed", format!("origin {o} is not allowed (tildeopen serve --allowed-origins)"));
+        }
+    }
+    let cors = |mut r: Response| {
+        if let Some(o) = origin.as_deref().and_then(|o| HeaderValue::from_str(o).ok()) {
+            let h = r.headers_mut();
+            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+            h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        r
+    };
+    if req.method() == Method::OPTIONS {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let h = r.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("authorization, content-type"));
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+        return cors(r);
+    }
+    if let Some(key) = &a.api_key {
+        let given = text(headers, header::AUTHORIZATION).unwrap_or_default();
+        let ok = given.strip_prefix("Bearer ").is_some_and(|k| same_secret(k.trim().as_bytes(), key.as_bytes()));
+        if req.uri().path() != "/ping" && !ok {
+            let mut r = deny(401, "invalid_api_key", "this server needs Authorization: Bearer <its API key>".into());
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return cors(r);
+        }
+    }
+    if req.method() == Method::POST {
+        let ct = text(headers, header::CONTENT_TYPE).unwrap_or_default();
+        let essence = ct.split(';').next().unwrap_or("").trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            return cors(deny(415, "unsupported_media_type", format!("request bodies must be application/json, not {ct:?}")));
+        }
+    }
+    cors(next.run(req).await)
 }
 
 enum Reply {
@@ -40,15 +152,27 @@ enum Reply {
 }
 
 struct Job {
-    req: ChatRequest,
+    prepared: Prepared,
     stream: bool,
     tx: mpsc::UnboundedSender<Reply>,
 }
 
 struct AppState {
     ready: AtomicBool,
+    /// The worker has stopped (a lost device, a GPU error, a panic outside a request).
+    dead: AtomicBool,
     model: Mutex<String>,
+    /// Turns requests into prompts off the model thread (set once the model is loaded).
+    prompter: std::sync::OnceLock<Prompter>,
     jobs: std::sync::mpsc::Sender<Job>,
+    /// Jobs sent to the worker and not yet given a slot.
+    waiting: Arc<AtomicUsize>,
+    max_queue: usize,
+    access: Access,
+}
+
+fn server_error(status: u16, code: &str, message: String) -> ApiError {
+    ApiError { status, message, kind: "server_error".into(), param: None, code: Some(code.into()) }
 }
 
 fn error_response(e: &ApiError) -> Response {
@@ -62,6 +186,9 @@ fn unavailable() -> Response {
 }
 
 async fn ping(State(st): State<Arc<AppState>>) -> Response {
+    if st.dead.load(Ordering::Acquire) {
+        return error_response(&server_error(503, "unhealthy", "the model worker has stopped; the server is exiting".into()));
+    }
     if st.ready.load(Ordering::Acquire) {
         (StatusCode::OK, Json(serde_json::json!({"status": "ok"}))).into_response()
     } else {
@@ -83,20 +210,36 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
             return error_response(&ApiError { status, message: rej.body_text(), kind: "invalid_request_error".into(), param: None, code: None });
         }
     };
-    if !st.ready.load(Ordering::Acquire) {
-        return unavailable();
+    if st.dead.load(Ordering::Acquire) {
+        return error_response(&server_error(503, "unhealthy", "the model worker has stopped".into()));
     }
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return error_response(&ApiError::invalid("malformed request: the body is not UTF-8".into(), None));
+    let Some(prompter) = st.prompter.get().cloned().filter(|_| st.ready.load(Ordering::Acquire)) else {
+        return unavailable();
     };
-    let req = match ChatRequest::from_json(text) {
-        Ok(r) => r,
-        Err(e) => return error_response(&e),
+    if st.waiting.load(Ordering::Acquire) >= st.max_queue {
+        let mut r = error_response(&server_error(503, "overloaded", format!("{} requests are already waiting; retry later", st.max_queue)));
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
+    // Parsing, validation, the template and the tokenizer run here, on the blocking pool: a
+    // giant request never delays the forward passes of the others.
+    let prepared = tokio::task::spawn_blocking(move || {
+        let text = std::str::from_utf8(&body).map_err(|_| ApiError::invalid("malformed request: the body is not UTF-8".into(), None))?;
+        let req = ChatRequest::from_json(text)?;
+        let stream = req.stream.unwrap_or(false);
+        Ok::<_, ApiError>((prompter.prepare(&req)?, stream))
+    })
+    .await;
+    let (prepared, stream) = match prepared {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return error_response(&e),
+        Err(_) => return error_response(&server_error(500, "internal_error", "preparing the request failed".into())),
     };
-    let stream = req.stream.unwrap_or(false);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    if st.jobs.send(Job { req, stream, tx }).is_err() {
-        return error_response(&ApiError { status: 500, message: "the model worker has stopped".into(), kind: "server_error".into(), param: None, code: None });
+    st.waiting.fetch_add(1, Ordering::AcqRel);
+    if st.jobs.send(Job { prepared, stream, tx }).is_err() {
+        st.waiting.fetch_sub(1, Ordering::AcqRel);
+        return error_response(&server_error(503, "unhealthy", "the model worker has stopped".into()));
     }
     match rx.recv().await {
         Some(Reply::Error(e)) => error_response(&e),
@@ -119,30 +262,35 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
             });
             ([(header::CACHE_CONTROL, "no-cache")], Sse::new(events)).into_response()
         }
-        Some(Reply::Done) | None => {
-            error_response(&ApiError { status: 500, message: "the model worker dropped the request".into(), kind: "server_error".into(), param: None, code: None })
-        }
+        Some(Reply::Done) | None => error_response(&server_error(500, "internal_error", "the model worker dropped the request".into())),
     }
 }
 
 /// Answers jobs until every sender is gone: up to the engine's `parallel` requests at once, each
 /// forward pass carrying all of them (continuous batching); waiting jobs are taken in arrival
 /// order as slots free up, so nobody starves. A client that went away is cancelled before the
-/// next pass.
-fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>) {
+/// next pass. A panic while answering fails the requests in flight and the engine goes on with
+/// empty caches; a device that is lost (or reported an error) ends the worker with that error.
+fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>, waiting: Arc<AtomicUsize>) -> Result<()> {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut clients: HashMap<RequestId, (mpsc::UnboundedSender<Reply>, bool)> = HashMap::new();
+    let took = |n: usize| {
+        waiting.fetch_sub(n, Ordering::AcqRel);
+    };
     loop {
         if clients.is_empty() && queue.is_empty() {
             match jobs.recv() {
                 Ok(j) => queue.push_back(j),
-                Err(_) => return,
+                Err(_) => return Ok(()),
             }
         }
         while let Ok(j) = jobs.try_recv() {
             queue.push_back(j);
         }
+        let before = queue.len();
         queue.retain(|j| !j.tx.is_closed());
+        took(before - queue.len());
         clients.retain(|&id, (tx, _)| {
             let gone = tx.is_closed();
             if gone {
@@ -151,21 +299,45 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>) {
             }
             !gone
         });
-        while !queue.is_empty() && eng.has_free_slot() {
-            let job = queue.pop_front().unwrap();
-            match eng.submit(&job.req, job.stream) {
-                Ok(id) => {
-                    clients.insert(id, (job.tx, job.stream));
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            while !queue.is_empty() && eng.has_free_slot() {
+                let job = queue.pop_front().unwrap();
+                took(1);
+                match eng.admit(job.prepared, job.stream) {
+                    Ok(id) => {
+                        clients.insert(id, (job.tx, job.stream));
+                    }
+                    Err(e) => {
+                        let _ = job.tx.send(Reply::Error(e));
+                    }
                 }
-                Err(e) => {
-                    let _ = job.tx.send(Reply::Error(e));
+            }
+            let ready = eng.ready();
+            deliver(&mut eng, &mut clients, ready);
+            let events = pollster::block_on(eng.step());
+            deliver(&mut eng, &mut clients, events);
+        }));
+        if let Err(panic) = ran {
+            let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+            log::error!("internal error while answering (the requests in flight fail, the server goes on): {what}");
+            eng.abort_all();
+            for (_, (tx, stream)) in clients.drain() {
+                let _ = tx.send(Reply::Error(server_error(500, "internal_error", format!("internal error: {what}"))));
+                if stream {
+                    let _ = tx.send(Reply::Done);
                 }
             }
         }
-        let ready = eng.ready();
-        deliver(&mut eng, &mut clients, ready);
-        let events = pollster::block_on(eng.step());
-        deliver(&mut eng, &mut clients, events);
+        if let Err(e) = eng.check_device() {
+            let err = server_error(503, "unhealthy", format!("{e}"));
+            for (_, (tx, _)) in clients.drain() {
+                let _ = tx.send(Reply::Error(err.clone()));
+            }
+            for j in queue.drain(..) {
+                let _ = j.tx.send(Reply::Error(err.clone()));
+            }
+            return Err(e);
+        }
     }
 }
 
@@ -210,27 +382,60 @@ pub fn serve(
         let local = listener.local_addr().map_err(|e| crate::Error::Io { path: addr.clone(), source: e })?;
         on_bound(local);
         let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
-        let state = Arc::new(AppState { ready: AtomicBool::new(false), model: Mutex::new(String::new()), jobs: jobs_tx });
+        let ip = local.ip();
+        let access = Access {
+            loopback: ip.is_loopback(),
+            any_origin: opts.allowed_origins.iter().any(|o| o == "*"),
+            origins: opts.allowed_origins.clone(),
+            api_key: opts.api_key.clone().filter(|k| !k.is_empty()),
+        };
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let state = Arc::new(AppState {
+            ready: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            model: Mutex::new(String::new()),
+            prompter: std::sync::OnceLock::new(),
+            jobs: jobs_tx,
+            waiting: waiting.clone(),
+            max_queue: opts.max_queue.max(1),
+            access,
+        });
         let st = state.clone();
         let (fail_tx, mut fail_rx) = mpsc::unbounded_channel::<crate::Error>();
         std::thread::Builder::new()
             .name("tildeopen-model".into())
-            .spawn(move || match load() {
-                Ok(eng) => {
-                    *st.model.lock().unwrap() = eng.model_name().to_string();
-                    st.ready.store(true, Ordering::Release);
-                    eprintln!(
-                        "model {} ready ({} parallel requests, {} tokens of context each)",
-                        eng.model_name(),
-                        eng.parallel(),
-                        eng.context_size()
-                    );
-                    drop(st);
-                    worker(eng, jobs_rx);
+            .spawn(move || {
+                // Whatever ends this thread (an error, a panic) marks the server unhealthy.
+                struct Dead(Arc<AppState>, mpsc::UnboundedSender<crate::Error>);
+                impl Drop for Dead {
+                    fn drop(&mut self) {
+                        self.0.dead.store(true, Ordering::Release);
+                        let _ = self.1.send(crate::Error::Gpu("the model worker stopped".into()));
+                    }
                 }
-                Err(e) => {
-                    let _ = fail_tx.send(e);
+                let guard = Dead(st.clone(), fail_tx.clone());
+                match load() {
+                    Ok(eng) => {
+                        *st.model.lock().unwrap() = eng.model_name().to_string();
+                        let _ = st.prompter.set(eng.prompter());
+                        st.ready.store(true, Ordering::Release);
+                        eprintln!(
+                            "model {} ready ({} parallel requests, {} tokens of context each)",
+                            eng.model_name(),
+                            eng.parallel(),
+                            eng.context_size()
+                        );
+                        drop(st);
+                        if let Err(e) = worker(eng, jobs_rx, waiting) {
+                            log::error!("the model worker stopped: {e}");
+                            let _ = fail_tx.send(e);
+                        }
+                    }
+                    Err(e) => {
+                        let _ = fail_tx.send(e);
+                    }
                 }
+                drop(guard);
             })
             .map_err(|e| crate::Error::Io { path: "model thread".into(), source: e })?;
         let app = Router::new()
@@ -240,6 +445,7 @@ pub fn serve(
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
             .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
             .with_state(state);
         let server = axum::serve(listener, app).with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
