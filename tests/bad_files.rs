@@ -171,3 +171,39 @@ fn cli_logits_and_complete() {
     let firm = g.greedy_margins.iter().position(|m| *m < 0.05).unwrap_or(4).min(4);
     assert_eq!(&ids[..firm], &g.greedy_ids[..firm]);
 }
+
+/// config.json values that lie: each is an error naming the field (no silent default, no huge
+/// allocation), checked before any weight is read.
+#[test]
+fn invalid_config_values_name_the_field() {
+    let good = std::fs::read_to_string(fixtures().join("models/tiny-tildeopen/config.json")).unwrap();
+    let base: serde_json::Value = serde_json::from_str(&good).unwrap();
+    assert!(tildeopen::ModelConfig::from_hf_json(&good).is_ok());
+    let cases: Vec<(&str, serde_json::Value)> = vec![
+        ("head_dim", serde_json::json!(-1)),
+        ("head_dim", serde_json::json!(0)),
+        ("rope_theta", serde_json::json!(0)),
+        ("rope_theta", serde_json::json!(-5.0)),
+        ("rms_norm_eps", serde_json::json!("x")),
+        ("rms_norm_eps", serde_json::json!(0)),
+        ("max_position_embeddings", serde_json::json!(0)),
+        ("num_hidden_layers", serde_json::json!(1u64 << 40)),
+        ("num_hidden_layers", serde_json::json!(0)),
+        ("hidden_size", serde_json::json!("big")),
+        ("vocab_size", serde_json::json!(0)),
+        ("num_key_value_heads", serde_json::json!(3)),
+        ("intermediate_size", serde_json::json!(1.5)),
+    ];
+    for (key, value) in cases {
+        let mut v = base.clone();
+        v[key] = value.clone();
+        match tildeopen::ModelConfig::from_hf_json(&v.to_string()) {
+            Ok(_) => panic!("{key} = {value} was accepted"),
+            Err(e) => {
+                let msg = e.to_string();
+                let named = msg.contains(key) || (key == "num_key_value_heads" && msg.contains("KV heads"));
+                assert!(named, "{key} = {value}: {msg}");
+            }
+        }
+    }
+}

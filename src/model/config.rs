@@ -95,6 +95,27 @@ impl ModelConfig {
                 return Err(Error::Unsupported(format!("hidden_act {act:?} (only silu)")));
             }
         }
+        // Present fields must have their type: a wrong one is an error naming the field, never a
+        // silent default.
+        for key in [
+            "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings",
+        ] {
+            match v.get(key) {
+                None | Some(Value::Null) => {}
+                Some(x) if x.as_u64().is_some() => {}
+                Some(x) => return Err(Error::corrupt("config.json", format!("`{key}` must be a non-negative integer, got {x}"))),
+            }
+        }
+        for key in ["rms_norm_eps", "rope_theta"] {
+            for obj in [Some(&v), v.get("rope_parameters")].into_iter().flatten() {
+                match obj.get(key) {
+                    None | Some(Value::Null) => {}
+                    Some(x) if x.as_f64().is_some() => {}
+                    Some(x) => return Err(Error::corrupt("config.json", format!("`{key}` must be a number, got {x}"))),
+                }
+            }
+        }
         let hidden_size = get_usize(&v, "hidden_size")?;
         let num_heads = get_usize(&v, "num_attention_heads")?;
         let head_dim = match v.get("head_dim").and_then(Value::as_u64) {
@@ -177,8 +198,25 @@ impl ModelConfig {
     /// Checks the invariants the kernels rely on.
     pub fn validated(self) -> Result<Self> {
         let c = &self;
-        if c.hidden_size == 0 || c.num_layers == 0 || c.num_heads == 0 || c.vocab_size == 0 {
-            return Err(Error::Unsupported("zero-sized model dimension".into()));
+        // Every size > 0 and within what any real model has (so nothing absurd is allocated).
+        for (name, v, max) in [
+            ("hidden_size", c.hidden_size, 1 << 17),
+            ("intermediate_size", c.intermediate_size, 1 << 19),
+            ("num_hidden_layers", c.num_layers, 1 << 12),
+            ("num_attention_heads", c.num_heads, 1 << 12),
+            ("num_key_value_heads", c.num_kv_heads, 1 << 12),
+            ("head_dim", c.head_dim, 256),
+            ("vocab_size", c.vocab_size, 1 << 22),
+            ("max_position_embeddings", c.max_position_embeddings, 1 << 24),
+        ] {
+            if v == 0 || v > max {
+                return Err(Error::Unsupported(format!("{name} = {v} (must be between 1 and {max})")));
+            }
+        }
+        for (name, v) in [("rms_norm_eps", c.rms_norm_eps), ("rope_theta", c.rope_theta)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::Unsupported(format!("{name} = {v} (must be finite and > 0)")));
+            }
         }
         if c.num_kv_heads == 0 || !c.num_heads.is_multiple_of(c.num_kv_heads) {
             return Err(Error::Unsupported(format!(

@@ -4,6 +4,7 @@ import { createEngineInThread } from "./tildeopen.js";
 import { getSettings } from "./settings.js";
 import DEFAULTS from "./defaults.js";
 import { serialQueue } from "./util.js";
+import { LANGUAGES } from "./languages.js";
 
 // Defaults baked in by scripts/build-extension fill in what the options page has not set
 // (content scripts read chrome.storage directly).
@@ -44,18 +45,28 @@ chrome.runtime.onConnect.addListener((port) => {
       if (closed) return;
       try {
         const settings = await getSettings();
+        // Only the languages the extension offers reach the instruction.
+        const to = msg.target || settings.target;
+        const from = settings.source || "en";
+        if (!Object.hasOwn(LANGUAGES, to) || !Object.hasOwn(LANGUAGES, from)) throw new Error(`unsupported language ${JSON.stringify(to)}`);
+        if (typeof msg.text !== "string" || !msg.text) throw new Error("nothing to translate");
         const eng = await getEngine((p) => !closed && port.postMessage({ type: "progress", ...p }));
         const t0 = performance.now();
-        let n = 0;
+        let n = 0, finish = null;
+        const maxTokens = settings.maxTokens || 512;
         current = await eng.tasks.translate({
-          text: msg.text, from: settings.source || "en", to: msg.target || settings.target,
-          glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: settings.maxTokens || 512,
+          text: msg.text, from, to,
+          glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: maxTokens,
         });
         for await (const chunk of current) {
           if (closed) break;
           const d = chunk.choices[0]?.delta?.content;
           if (d) { n++; port.postMessage({ type: "delta", id: msg.id, text: d }); }
+          finish = chunk.choices[0]?.finish_reason ?? finish;
         }
+        // A translation cut at max_tokens would replace the whole block with its first part:
+        // the block keeps its original text instead.
+        if (finish === "length") throw new Error(`the translation of a block was cut at ${maxTokens} tokens; its original text is kept`);
         if (!closed) port.postMessage({ type: "done", id: msg.id, tokens: n, seconds: (performance.now() - t0) / 1000 });
       } catch (e) {
         if (!closed) port.postMessage({ type: "error", id: msg.id, message: e.message ?? String(e) });

@@ -173,12 +173,8 @@
     reply({ showing, ...stats, queued: queue.length });
   });
 
-  // The page itself may ask for the same (e.g. a site's own "translate" button).
-  window.addEventListener("message", (e) => {
-    if (e.source !== window || !e.data || typeof e.data.tildeopen !== "string") return;
-    if (e.data.tildeopen === "translate") translatePage(e.data.target);
-    if (e.data.tildeopen === "show-original") showOriginal();
-  });
+  // Pages cannot drive the extension: translation starts only from the popup, the context menu
+  // or the user's own auto-translate setting (no window "message" API).
 
   function translateSelection(text) {
     const box = document.createElement("div");
