@@ -1,7 +1,8 @@
 //! The browser extension in headless Chromium (`--load-extension`, WebGPU in its service
 //! worker): a local article is translated with the tiny fixture model; every visible text block
 //! changes, elements and attributes stay the same, code, inputs and hidden text are untouched,
-//! text added after load is translated too, and "show original" restores the page exactly.
+//! text added after load is translated too, "show original" restores the page exactly, and a
+//! page's own message cannot start a translation.
 
 mod common;
 mod browser;
@@ -48,4 +49,6 @@ fn extension_translates_a_page_and_restores_it() {
     assert!(v["sameShape"].as_bool().unwrap(), "elements/attributes changed:\n{}", v["shapeAfter"]);
     // "Show original" restores the page exactly.
     assert!(v["restored"].as_bool().unwrap(), "not restored:\n{}\nvs\n{}", v["restoredHtml"], v["before"]);
+    // The page's own {tildeopen: "translate"} message starts nothing.
+    assert!(v["pageCannotTranslate"].as_bool().unwrap(), "a page message started a translation");
 }

@@ -64,10 +64,8 @@ chrome.runtime.onConnect.addListener((port) => {
           if (d) { n++; port.postMessage({ type: "delta", id: msg.id, text: d }); }
           finish = chunk.choices[0]?.finish_reason ?? finish;
         }
-        // A translation cut at max_tokens would replace the whole block with its first part:
-        // the block keeps its original text instead.
-        if (finish === "length") throw new Error(`the translation of a block was cut at ${maxTokens} tokens; its original text is kept`);
-        if (!closed) port.postMessage({ type: "done", id: msg.id, tokens: n, seconds: (performance.now() - t0) / 1000 });
+        // A translation cut at max_tokens is marked as such in the page (not passed off as whole).
+        if (!closed) port.postMessage({ type: "done", id: msg.id, tokens: n, seconds: (performance.now() - t0) / 1000, cut: finish === "length" });
       } catch (e) {
         if (!closed) port.postMessage({ type: "error", id: msg.id, message: e.message ?? String(e) });
       } finally {

@@ -104,6 +104,8 @@
       if (showing === "translation") quietly(() => (current.nodes[0].data = current.text));
     } else if (m.type === "done" || m.type === "error") {
       if (m.type === "done") {
+        // A translation cut at maxTokens ends with a visible mark.
+        if (m.cut && current.text.trim()) current.text = current.text.trimEnd() + " […]";
         write(current.nodes, distribute(current.nodes, current.text.trim() ? current.text : current.nodes.map((n) => original.get(n)).join("")));
         stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
       } else {
@@ -173,8 +175,11 @@
     reply({ showing, ...stats, queued: queue.length });
   });
 
-  // Pages cannot drive the extension: translation starts only from the popup, the context menu
-  // or the user's own auto-translate setting (no window "message" API).
+  // Pages cannot start work: translation starts only from the popup, the context menu or the
+  // user's own auto-translate setting. A page may only ask for its original text back.
+  window.addEventListener("message", (e) => {
+    if (e.source === window && e.data?.tildeopen === "show-original") showOriginal();
+  });
 
   function translateSelection(text) {
     const box = document.createElement("div");
