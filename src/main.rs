@@ -10,6 +10,7 @@ fn main() {}
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
     use clap::Parser;
+    cli::quiet_mesa();
     env_logger::init();
     let r = match cli::Cli::parse().cmd {
         cli::Cmd::Chat(c) => cli::chat::run(c),

@@ -158,3 +158,21 @@ pub fn read_text(path: &Path) -> Result<String> {
     }
     std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })
 }
+
+/// Mesa prints `error: XDG_RUNTIME_DIR is invalid or not set` on machines without a desktop
+/// session, which reads like a failure: when it is unset, point it at a private directory
+/// (created 0700) before any thread starts.
+pub fn quiet_mesa() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
+    }
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("tildeopen-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    // Only a directory of ours with no access for others will do.
+    let ok = std::fs::metadata(&dir).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0);
+    if ok {
+        std::env::set_var("XDG_RUNTIME_DIR", &dir);
+    }
+}

@@ -63,7 +63,13 @@ impl Gpu {
                 apply_limit_buckets: false,
             })
             .await
-            .map_err(|e| Error::Gpu(format!("no usable GPU adapter (WebGPU/Vulkan/Metal/DX12): {e}")))?;
+            .map_err(|e| {
+                #[cfg(not(target_arch = "wasm32"))]
+                let fix = "install a Vulkan driver; on Debian/Ubuntu: apt-get install mesa-vulkan-drivers gives a CPU fallback";
+                #[cfg(target_arch = "wasm32")]
+                let fix = "this browser has no WebGPU (Chromium 113+ or enable it in the browser's settings)";
+                Error::Gpu(format!("no usable GPU adapter ({e}): {fix}"))
+            })?;
         let info = adapter.get_info();
         let al = adapter.limits();
         let mut limits = wgpu::Limits::downlevel_defaults();
