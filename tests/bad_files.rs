@@ -207,3 +207,35 @@ fn invalid_config_values_name_the_field() {
         }
     }
 }
+
+/// GGUF tensor offsets that lie (unaligned, wrapping past u64, overlapping another tensor) are
+/// errors at parse time, before any weight is read.
+#[test]
+fn gguf_offsets_that_lie() {
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let src = std::fs::read(&path).unwrap();
+    let g = tildeopen::model::gguf::Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    // The offset field of tensor `i` in the header.
+    let off_at = |i: usize| {
+        let name = g.tensors[i].name.as_bytes();
+        let at = src.windows(name.len()).rposition(|w| w == name).unwrap() + name.len();
+        let nd = u32::from_le_bytes(src[at..at + 4].try_into().unwrap()) as usize;
+        at + 4 + 8 * nd + 4
+    };
+    let second = u64::from_le_bytes(src[off_at(1)..off_at(1) + 8].try_into().unwrap());
+    let first = u64::from_le_bytes(src[off_at(0)..off_at(0) + 8].try_into().unwrap());
+    for (what, value, want) in [
+        ("unaligned", second + 1, "aligned"),
+        ("wrapping", u64::MAX - 31, "overflow"),
+        ("overlapping", first, "overlap"),
+    ] {
+        let mut bad = src.clone();
+        let at = off_at(1);
+        bad[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        let e = match tildeopen::model::gguf::Gguf::parse(&bad, bad.len() as u64, "bad.gguf") {
+            Ok(_) => panic!("{what} offset accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(want), "{what}: {e}");
+    }
+}

@@ -110,7 +110,17 @@ impl<'a> Reader<'a> {
                 }
                 let et = self.u32()?;
                 let n = self.u64()?;
-                if n > (self.b.len() - self.pos) as u64 {
+                // Every element takes at least this many bytes of the header, so the count is
+                // bounded by what is left before anything is allocated.
+                let min_bytes: u64 = match et {
+                    0 | 1 | 7 => 1,
+                    2 | 3 => 2,
+                    4 | 5 | 6 => 4,
+                    8 | 10 | 11 | 12 => 8,
+                    9 => 12,
+                    _ => 1,
+                };
+                if n.saturating_mul(min_bytes) > (self.b.len() - self.pos) as u64 {
                     return Err(Error::corrupt(self.path, "truncated GGUF header (array)"));
                 }
                 let mut v = Vec::with_capacity(n as usize);
@@ -141,7 +151,10 @@ impl Gguf {
         }
         let n_tensors = r.u64()?;
         let n_kv = r.u64()?;
-        if n_tensors > 1 << 20 || n_kv > 1 << 20 {
+        // A tensor entry takes at least 32 header bytes and a metadata entry 13: counts beyond
+        // what the header holds are refused before anything is allocated.
+        let left = (bytes.len() - r.pos) as u64;
+        if n_tensors > 1 << 20 || n_kv > 1 << 20 || n_tensors.saturating_mul(32).saturating_add(n_kv.saturating_mul(13)) > left.max(file_len.min(1 << 30)) {
             return Err(Error::corrupt(path, "implausible tensor or metadata count"));
         }
         let mut metadata = HashMap::new();
@@ -151,7 +164,13 @@ impl Gguf {
             let v = r.value(t, 0)?;
             metadata.insert(k, v);
         }
-        let align = metadata.get("general.alignment").and_then(Value::as_u64).unwrap_or(32).max(1);
+        let align = match metadata.get("general.alignment") {
+            None => 32,
+            Some(v) => match v.as_u64() {
+                Some(a) if a.is_power_of_two() && a <= 1 << 16 => a,
+                _ => return Err(Error::corrupt(path, "general.alignment must be a power of two up to 65536")),
+            },
+        };
         let mut raw = Vec::with_capacity(n_tensors as usize);
         for _ in 0..n_tensors {
             let name = r.string()?;
@@ -175,7 +194,10 @@ impl Gguf {
                 return Err(Error::corrupt(path, format!("tensor {name}: rows are not whole {} blocks", ty.name())));
             }
             let size = n / ty.block_elems() as u64 * ty.block_bytes() as u64;
-            let offset = data_offset + off;
+            if off % align != 0 {
+                return Err(Error::corrupt(path, format!("tensor {name}: offset {off} is not aligned to general.alignment {align}")));
+            }
+            let offset = data_offset.checked_add(off).ok_or_else(|| Error::corrupt(path, format!("tensor {name}: offset {off} overflows")))?;
             if offset.checked_add(size).is_none_or(|end| end > file_len) {
                 return Err(Error::corrupt(
                     path,
@@ -183,6 +205,14 @@ impl Gguf {
                 ));
             }
             tensors.push(TensorInfo { name, dims, ty, offset, size });
+        }
+        // Tensors may not overlap.
+        let mut spans: Vec<(u64, u64, &str)> = tensors.iter().map(|t| (t.offset, t.offset + t.size, t.name.as_str())).collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            if w[1].0 < w[0].1 {
+                return Err(Error::corrupt(path, format!("tensors {} and {} overlap", w[0].2, w[1].2)));
+            }
         }
         Ok(Gguf { version, metadata, tensors, data_offset })
     }
