@@ -239,3 +239,16 @@ fn gguf_offsets_that_lie() {
         assert!(e.contains(want), "{what}: {e}");
     }
 }
+
+/// A sharded checkpoint's index may only name files inside its directory.
+#[test]
+fn shard_index_names_stay_inside_the_checkpoint() {
+    use tildeopen::model::tensor::index_shards;
+    let ok = r#"{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
+    assert_eq!(index_shards(ok, "index").unwrap().len(), 2);
+    for bad in ["../secrets.safetensors", "/etc/passwd", "sub/dir.safetensors", "..", "C:\\\\x.safetensors", ""] {
+        let text = serde_json::json!({"weight_map": {"a": bad}}).to_string();
+        let e = index_shards(&text, "index").expect_err(bad).to_string();
+        assert!(e.contains("not a file name"), "{bad}: {e}");
+    }
+}

@@ -88,6 +88,13 @@ pub fn index_shards(text: &str, what: &str) -> Result<Vec<String>> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::corrupt(what, e.to_string()))?;
     let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::corrupt(what, "no weight_map object"))?;
     let mut names: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+    // Shards are plain file names inside the checkpoint: no paths, no "..", nothing absolute
+    // (natively they are opened from the directory, on the web fetched beside the index).
+    if let Some(bad) = names.iter().find(|n| {
+        n.is_empty() || n.contains(['/', '\\', ':']) || n.starts_with('.') || n.chars().any(char::is_control)
+    }) {
+        return Err(Error::corrupt(what, format!("weight_map names {bad:?}, which is not a file name in the checkpoint directory")));
+    }
     names.sort();
     names.dedup();
     Ok(names)
