@@ -25,6 +25,10 @@ impl Drop for Server {
 }
 
 fn start(extra: &[&str]) -> Server {
+    start_env(extra, &[])
+}
+
+fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
     let m = tiny();
     let mut args = vec!["serve", "--model", &m, "--port", "0", "--model-name", "tiny-test"];
     if !extra.contains(&"--ctx-size") {
@@ -34,6 +38,7 @@ fn start(extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
         .args(&args)
         .env("RUST_LOG", "tildeopen=info")
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -276,6 +281,22 @@ fn access_control_and_limits() {
     drop(busy);
     let (code, out) = waiter.join().unwrap();
     assert_eq!(code, 200, "{out}");
+}
+
+/// A panic while answering (injected through the test hook) fails the request in flight with a
+/// 500 and a JSON body; the server stays healthy and answers the next request.
+#[test]
+fn a_panic_fails_one_request_and_the_server_goes_on() {
+    let s = start_env(&[], &[("TILDEOPEN_TEST_PANIC_AT_PASS", "1")]);
+    let b = &s.base;
+    let (code, v) = post(&format!("{b}/v1/chat/completions"), HI);
+    assert_eq!(code, 500, "{v}");
+    assert_eq!(v["error"]["code"], "internal_error");
+    assert!(ureq::get(&format!("{b}/ping")).call().is_ok_and(|r| r.status() == 200));
+    let (code, v) = post(&format!("{b}/v1/chat/completions"), HI);
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert!(s.log.lock().unwrap().iter().any(|l| l.contains("injected panic")));
 }
 
 fn batch(args: &[&str]) -> std::process::Output {

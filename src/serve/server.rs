@@ -278,6 +278,9 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>, waiting: Ar
     let took = |n: usize| {
         waiting.fetch_sub(n, Ordering::AcqRel);
     };
+    // Test hook (set by the operator's environment, never by a request): panic in pass N.
+    let panic_at: Option<u64> = std::env::var("TILDEOPEN_TEST_PANIC_AT_PASS").ok().and_then(|v| v.parse().ok());
+    let mut passes = 0u64;
     loop {
         if clients.is_empty() && queue.is_empty() {
             match jobs.recv() {
@@ -314,6 +317,10 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>, waiting: Ar
             }
             let ready = eng.ready();
             deliver(&mut eng, &mut clients, ready);
+            passes += 1;
+            if panic_at == Some(passes) {
+                panic!("test hook: injected panic in pass {passes}");
+            }
             let events = pollster::block_on(eng.step());
             deliver(&mut eng, &mut clients, events);
         }));
