@@ -268,7 +268,8 @@ fn access_control_and_limits() {
     // Retry-After, and the waiting one is answered once the slot frees.
     let addr = hostp.clone();
     let mut busy = std::net::TcpStream::connect(&addr).unwrap();
-    let long = r#"{"messages":[{"role":"user","content":"Go on."}],"max_tokens":1900,"stream":true}"#;
+    // Greedy: this prompt runs to max_tokens on the tiny model (no end-of-turn), about 20 s.
+    let long = r#"{"messages":[{"role":"user","content":"Go on."}],"max_tokens":1900,"temperature":0,"stream":true}"#;
     write!(busy, "POST /invocations HTTP/1.1\r\nHost: {addr}\r\n{json}\r\n{auth}\r\nContent-Length: {}\r\n\r\n{long}", long.len()).unwrap();
     let mut first = [0u8; 64];
     busy.read_exact(&mut first).unwrap();
