@@ -110,6 +110,11 @@ fn demo_page_loads_and_translates() {
     let task = r#"{"task":{"type":"translate","text":"I like cakes.\n\nThe shop opens at nine.","source":"en","target":"lv"},"max_tokens":6,"temperature":0}"#;
     let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), task);
     assert!(v["status"].as_str().unwrap().contains("ready"), "{v}");
+    // The adapter by its GPUAdapterInfo (SwiftShader here) and its optional features.
+    for want in ["swiftshader", "shader-f16: no", "subgroups: "] {
+        assert!(v["status"].as_str().unwrap().to_lowercase().contains(want), "status names {want}: {v}");
+        assert!(v["gpu"].as_str().unwrap().to_lowercase().contains(want), "adapter line names {want}: {v}");
+    }
     assert_eq!(v["translation"], want.as_str());
     assert!(v["speed"].as_str().unwrap().contains("tokens/s"), "{v}");
 }

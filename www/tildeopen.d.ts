@@ -66,6 +66,23 @@ export interface EngineOptions {
   quant?: string;
   /** Keep downloaded weights in the Cache API (default true). */
   cache?: boolean;
+  /** Where tildeopen_bg.wasm is (default: next to pkg/tildeopen.js, found with
+   *  `new URL(..., import.meta.url)`). Needed with bundlers that do not copy it, such as esbuild. */
+  wasmUrl?: string | URL;
+  /** The worker script for `worker: true` (default: worker.js of this package). With esbuild,
+   *  bundle "tildeopen-wgpu/worker" as its own entry point and give its URL. */
+  workerUrl?: string | URL;
+}
+
+export interface AdapterInfo {
+  vendor: string;
+  architecture: string;
+  device: string;
+  description: string;
+  shaderF16: boolean;
+  subgroups: boolean;
+  /** "vendor architecture device · shader-f16: yes|no · subgroups: yes|no" */
+  summary: string;
 }
 
 type Common = Omit<ChatRequest, "messages" | "task">;
@@ -73,7 +90,9 @@ type Common = Omit<ChatRequest, "messages" | "task">;
 export interface Engine {
   modelName: string;
   contextSize: number;
+  /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;
+  adapterInfo: AdapterInfo | null;
   chat: {
     completions: {
       create(req: ChatRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
@@ -94,5 +113,7 @@ export function createEngine(opts: EngineOptions): Promise<Engine>;
 export function createEngineInThread(opts: EngineOptions): Promise<Engine>;
 /** The chat request of a task, e.g. taskRequest("translate", { text, from, to }). */
 export function taskRequest(type: "translate" | "ask" | "summarise", args: Record<string, unknown>): ChatRequest;
+/** The WebGPU adapter the engine would use, or null without WebGPU. */
+export function adapterInfo(): Promise<AdapterInfo | null>;
 /** Forgets the downloaded weights kept in the Cache API. */
 export function clearCache(): Promise<void>;

@@ -18,9 +18,26 @@ const CACHE = "tildeopen-weights-v1";
 const PIECE = 32 << 20;
 
 let ready = null;
-function initWasm() {
-  ready ??= init();
+function initWasm(wasmUrl) {
+  // By default the wasm is found next to pkg/tildeopen.js (new URL(..., import.meta.url), which
+  // bundlers such as Vite and webpack follow); `wasmUrl` says where it is otherwise.
+  ready ??= init(wasmUrl === undefined ? undefined : { module_or_path: wasmUrl });
   return ready;
+}
+
+/** What the browser says about the WebGPU adapter the engine uses: vendor, architecture,
+ *  device, description (GPUAdapterInfo; fields a browser hides are empty) and whether the
+ *  optional `shader-f16` and `subgroups` features exist. `null` without WebGPU. */
+export async function adapterInfo() {
+  const gpu = globalThis.navigator?.gpu;
+  const a = gpu && (await gpu.requestAdapter({ powerPreference: "high-performance" }));
+  if (!a) return null;
+  const i = a.info ?? (a.requestAdapterInfo ? await a.requestAdapterInfo() : {});
+  const info = { vendor: i.vendor ?? "", architecture: i.architecture ?? "", device: i.device ?? "", description: i.description ?? "", shaderF16: a.features.has("shader-f16"), subgroups: a.features.has("subgroups") };
+  const name = [info.vendor, info.architecture, info.device].filter(Boolean).join(" ") || info.description || "unknown adapter";
+  const yn = (b) => (b ? "yes" : "no");
+  info.summary = `${name} · shader-f16: ${yn(info.shaderF16)} · subgroups: ${yn(info.subgroups)}`;
+  return info;
 }
 
 /** Forgets every cached weight piece. */
@@ -115,7 +132,7 @@ function parseError(e) {
 /** An engine running in this thread. */
 export async function createEngineInThread(opts) {
   if (!globalThis.navigator?.gpu) throw new Error(JSON.stringify({ error: { message: "WebGPU is not available in this browser", type: "unsupported", code: "no_webgpu" } }));
-  await initWasm();
+  await initWasm(opts.wasmUrl);
   const model = opts.model;
   const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href.replace(/\/$/, "") : (model.name || "model.gguf");
   const io = makeIo(model, opts.cache !== false);
@@ -170,11 +187,13 @@ export async function createEngineInThread(opts) {
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));
+  const gpuInfo = await adapterInfo().catch(() => null);
 
   return {
     modelName: wasm.model_name,
     contextSize: wasm.context_size,
-    adapter: wasm.adapter,
+    adapter: gpuInfo?.summary ?? wasm.adapter,
+    adapterInfo: gpuInfo,
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
     async unload() { await serial(async () => wasm.unload()); },

@@ -3,7 +3,9 @@ import { taskRequest } from "./tildeopen.js";
 import { chunkStream } from "./util.js";
 
 export async function createWorkerEngine(opts) {
-  const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  // Bundlers that do not follow `new URL("./worker.js", import.meta.url)` (esbuild) bundle
+  // "tildeopen-wgpu/worker" themselves and pass its URL as `workerUrl`.
+  const worker = new Worker(opts.workerUrl ?? new URL("./worker.js", import.meta.url), { type: "module" });
   let next = 1;
   const pending = new Map();
   worker.onmessage = (e) => {
@@ -25,7 +27,9 @@ export async function createWorkerEngine(opts) {
       worker.postMessage({ id, op, args });
     });
 
-  const { model, onProgress, ...rest } = opts;
+  const { model, onProgress, workerUrl, ...rest } = opts;
+  // URLs cross to the worker as absolute strings (a URL object cannot be posted).
+  if (rest.wasmUrl !== undefined) rest.wasmUrl = new URL(rest.wasmUrl, globalThis.location?.href).href;
   const info = await call("load", { model, ...rest }, onProgress);
 
   async function create(request) {

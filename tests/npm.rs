@@ -1,0 +1,109 @@
+//! The npm package as a web developer uses it: `npm pack ./www`, install the tarball into a
+//! scratch project next to esbuild and TypeScript (from npm), type-check a file against the
+//! package's types, bundle a page that calls `createEngine` (in the page's thread and in the
+//! package's worker) and run the bundle in headless Chromium on the tiny fixture: the answers
+//! must equal the native CLI's. Needs `scripts/build-web`, npm and Debian's `chromium`.
+
+mod common;
+use common::fixtures;
+mod browser;
+use browser::WebRoot;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const ESBUILD: &str = "esbuild@0.28.2";
+const TYPESCRIPT: &str = "typescript@5.9.3";
+
+fn run(dir: &Path, cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).current_dir(dir).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(out.status.success(), "{cmd} {args:?}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn native(model: &Path, request: &str) -> String {
+    let file = std::env::temp_dir().join(format!("tildeopen-npm-req-{}.json", std::process::id()));
+    std::fs::write(&file, request).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(["chat", "--model", model.to_str().unwrap(), "--request", file.to_str().unwrap(), "--json"]).output().unwrap();
+    std::fs::remove_file(&file).ok();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+}
+
+const PAGE: &str = r#"import { createEngine, adapterInfo } from "tildeopen-wgpu";
+const q = new URLSearchParams(location.search);
+const report = (o) => fetch("/result", { method: "POST", body: JSON.stringify(o) });
+try {
+  const req = JSON.parse(q.get("request"));
+  const a = await createEngine({ model: q.get("model"), worker: false });
+  const inThread = (await a.chat.completions.create(req)).choices[0].message.content;
+  const adapter = a.adapter;
+  await a.unload();
+  const w = await createEngine({ model: q.get("model") });
+  let worker = "";
+  for await (const c of await w.chat.completions.create({ ...req, stream: true })) worker += c.choices[0]?.delta?.content ?? "";
+  await w.unload();
+  await report({ inThread, worker, adapter, info: await adapterInfo() });
+} catch (e) {
+  await report({ failure: String(e?.message ?? e) });
+}
+"#;
+
+const TYPES: &str = r#"import { createEngine, type Engine, type ChatCompletion } from "tildeopen-wgpu";
+export async function answer(model: string): Promise<string> {
+  const engine: Engine = await createEngine({ model, worker: false, wasmUrl: "/x.wasm" });
+  const r: ChatCompletion = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi" }], max_tokens: 4 });
+  for await (const c of await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi" }], stream: true })) {
+    const d: string | undefined = c.choices[0].delta.content;
+    void d;
+  }
+  return r.choices[0].message.content + String(engine.adapterInfo?.subgroups);
+}
+"#;
+
+#[test]
+fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(repo.join("www/pkg/tildeopen_bg.wasm").exists(), "www/pkg is missing: run scripts/build-web");
+    let scratch = std::env::temp_dir().join(format!("tildeopen-npm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+
+    // The tarball: named by Cargo.toml's version, holding the wasm and types, not the demo.
+    let packed = run(repo, "npm", &["pack", "./www", "--pack-destination", scratch.to_str().unwrap(), "--silent"]);
+    let tgz = packed.trim().lines().last().unwrap().to_string();
+    assert_eq!(tgz, format!("tildeopen-wgpu-{}.tgz", env!("CARGO_PKG_VERSION")));
+    let listing = run(&scratch, "tar", &["tzf", &tgz]);
+    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/pkg/tildeopen_bg.wasm", "package/README.md"] {
+        assert!(listing.lines().any(|l| l == f), "{f} in the package: {listing}");
+    }
+    assert!(!listing.contains("index.html") && !listing.contains("extension/"), "the demo and extension stay out: {listing}");
+
+    std::fs::write(scratch.join("package.json"), r#"{"name":"scratch","private":true,"type":"module"}"#).unwrap();
+    run(&scratch, "npm", &["install", "--no-audit", "--no-fund", "--silent", &format!("./{tgz}"), ESBUILD, TYPESCRIPT]);
+
+    // The types resolve through the package's `exports` and describe what the page uses.
+    std::fs::write(scratch.join("check.ts"), TYPES).unwrap();
+    run(&scratch, "node_modules/.bin/tsc", &["--strict", "--noEmit", "--target", "es2022", "--module", "nodenext", "--moduleResolution", "nodenext", "--lib", "es2022,dom", "check.ts"]);
+
+    // esbuild: the page and the package's worker as two entry points, the wasm copied next to them.
+    std::fs::write(scratch.join("page.js"), PAGE).unwrap();
+    std::fs::write(scratch.join("worker-entry.js"), "import \"tildeopen-wgpu/worker\";\n").unwrap();
+    std::fs::write(scratch.join("page.html"), "<!doctype html><script type=\"module\" src=\"out/page.js\"></script>\n").unwrap();
+    run(&scratch, "node_modules/.bin/esbuild", &["page=./page.js", "worker=./worker-entry.js", "--bundle", "--format=esm", "--outdir=out", "--log-level=warning"]);
+    std::fs::copy(scratch.join("node_modules/tildeopen-wgpu/pkg/tildeopen_bg.wasm"), scratch.join("out/tildeopen_bg.wasm")).unwrap();
+
+    let model = "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf";
+    let req = r#"{"messages":[{"role":"user","content":"I like cakes."}],"max_tokens":8,"temperature":0}"#;
+    let web = WebRoot::new("tildeopen-npm-web", &[("app", &scratch)]);
+    let url = format!("{}/app/page.html?model={model}&request={}", web.base, req.replace('"', "%22").replace(' ', "%20").replace('{', "%7B").replace('}', "%7D"));
+    let v = web.open(&url, &[], Duration::from_secs(300), "the bundled page posted nothing");
+    std::fs::remove_dir_all(&scratch).ok();
+    assert!(v.get("failure").is_none(), "bundled page failed: {}", v["failure"]);
+    let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), req);
+    assert_eq!(v["inThread"], want.as_str(), "in the page's thread");
+    assert_eq!(v["worker"], want.as_str(), "in the package's worker, streamed");
+    assert!(v["adapter"].as_str().unwrap().to_lowercase().contains("swiftshader"), "{v}");
+    assert_eq!(v["info"]["shaderF16"], false, "{v}");
+}
