@@ -2,7 +2,7 @@
 """A static file server for the web tests and the demo: HTTP Range requests (206), HEAD, and
 `POST /result` which appends the posted JSON to --results (how test pages report back).
 
-  scripts/web-serve.py --root .. --port 8000 [--results out.jsonl]
+  scripts/web-serve.py --root .. --port 8000 [--results out.jsonl] [--print-url /path]
 """
 import argparse, http.server, os, re, sys
 
@@ -61,9 +61,12 @@ if __name__ == "__main__":
     ap.add_argument("--root", default=".")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--results")
+    ap.add_argument("--print-url", help="also print 'open http://127.0.0.1:PORT/PATH' once listening")
     a = ap.parse_args()
     Handler.results = a.results
     os.chdir(a.root)
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     print(f"serving {os.getcwd()} on http://127.0.0.1:{srv.server_address[1]}", flush=True)
+    if a.print_url:
+        print(f"open http://127.0.0.1:{srv.server_address[1]}{a.print_url}", flush=True)
     srv.serve_forever()

@@ -111,6 +111,7 @@ pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     let model = pollster::block_on(Model::load_with_progress(&path, &opts, progress));
     bar.finish_and_clear();
     let model = model?;
+    software_note(&model.gpu.info);
     let kv_f16 = c.kv_cache == "f16";
     // Default context: the shared default, but never less than this command needs.
     let ctx = c
@@ -118,6 +119,17 @@ pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
         .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP).max(min_ctx));
     let sess = SessionOptions { ctx_size: ctx, kv_f16, ..Default::default() };
     Ok(Loaded { model, sess, path })
+}
+
+/// Says once per process, on stderr, that the adapter is a CPU implementation (lavapipe,
+/// SwiftShader, WARP): correct but slow, so a slow answer is not taken for a bug.
+pub fn software_note(info: &wgpu::AdapterInfo) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if info.device_type == wgpu::DeviceType::Cpu {
+        ONCE.call_once(|| {
+            eprintln!("note: running on a software device ({}): answers are correct but slow; install your GPU's Vulkan driver for speed", info.name)
+        });
+    }
 }
 
 /// The `model` name responses carry: the GGUF's file stem or the checkpoint directory's name.
