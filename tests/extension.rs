@@ -2,7 +2,8 @@
 //! worker): a local article is translated with the tiny fixture model; every visible text block
 //! changes, elements and attributes stay the same, code, inputs and hidden text are untouched,
 //! text added after load is translated too, "show original" restores the page exactly, and a
-//! page's own message cannot start a translation.
+//! page's own message cannot start a translation; a block longer than one answer is split and
+//! nothing of it is lost. `whole.js` (the splitting) is also tested on its own with node.
 
 mod common;
 mod browser;
@@ -19,7 +20,7 @@ fn extension_translates_a_page_and_restores_it() {
     let ext = root.join("extension");
     let model = format!("{base}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf");
     let st = Command::new(repo().join("scripts/build-extension"))
-        .args(["--out", ext.to_str().unwrap(), "--model", &model, "--auto", "--max-tokens", "4"])
+        .args(["--out", ext.to_str().unwrap(), "--model", &model, "--auto", "--max-tokens", "64"])
         .status()
         .unwrap();
     assert!(st.success());
@@ -49,6 +50,21 @@ fn extension_translates_a_page_and_restores_it() {
     assert!(v["sameShape"].as_bool().unwrap(), "elements/attributes changed:\n{}", v["shapeAfter"]);
     // "Show original" restores the page exactly.
     assert!(v["restored"].as_bool().unwrap(), "not restored:\n{}\nvs\n{}", v["restoredHtml"], v["before"]);
+    // A block longer than one answer (64 tokens here, and the tiny model never stops) is split
+    // into parts of at most 64 characters; each part that cannot finish keeps its own text with
+    // the mark, so none of the paragraph is lost.
+    let long = a["#long"][0].as_str().unwrap();
+    assert!(long.matches(" […]").count() >= 2, "split into marked parts: {long}");
+    assert_eq!(long.replace(" […]", ""), b["#long"][0].as_str().unwrap(), "nothing lost: {long}");
     // The page's own {tildeopen: "translate"} message starts nothing.
     assert!(v["pageCannotTranslate"].as_bool().unwrap(), "a page message started a translation");
+}
+
+#[test]
+fn long_blocks_are_translated_whole() {
+    // whole.js with a model stand-in whose answers stop at a budget: a paragraph longer than one
+    // answer comes back whole and in order; parts that cannot finish keep their text, marked.
+    let out = Command::new("node").arg(repo().join("tests/web/whole-test.mjs")).output().expect("node");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("whole.js: ok"));
 }

@@ -5,6 +5,7 @@ import { getSettings } from "./settings.js";
 import DEFAULTS from "./defaults.js";
 import { serialQueue } from "./util.js";
 import { LANGUAGES } from "./languages.js";
+import { translateWhole } from "./whole.js";
 
 // Defaults baked in by scripts/build-extension fill in what the options page has not set
 // (content scripts read chrome.storage directly).
@@ -52,20 +53,30 @@ chrome.runtime.onConnect.addListener((port) => {
         if (typeof msg.text !== "string" || !msg.text) throw new Error("nothing to translate");
         const eng = await getEngine((p) => !closed && port.postMessage({ type: "progress", ...p }));
         const t0 = performance.now();
-        let n = 0, finish = null;
         const maxTokens = settings.maxTokens || 512;
-        current = await eng.tasks.translate({
-          text: msg.text, from, to,
-          glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: maxTokens,
+        let n = 0;
+        // One request: streamed, its partial text reported; `cut` when it stopped at max_tokens.
+        const translate = async (text, onPartial) => {
+          let out = "", finish = null;
+          current = await eng.tasks.translate({
+            text, from, to,
+            glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: maxTokens,
+          });
+          for await (const chunk of current) {
+            if (closed) throw new Error("disconnected");
+            const d = chunk.choices[0]?.delta?.content;
+            if (d) { n++; out += d; onPartial(out); }
+            finish = chunk.choices[0]?.finish_reason ?? finish;
+          }
+          return { text: out, cut: finish === "length" };
+        };
+        // A block longer than one answer is split and translated part by part; a part that
+        // cannot finish keeps its original text with a visible mark (see whole.js).
+        const r = await translateWhole(translate, msg.text, {
+          splitAbove: maxTokens,
+          onText: (text) => !closed && port.postMessage({ type: "text", id: msg.id, text }),
         });
-        for await (const chunk of current) {
-          if (closed) break;
-          const d = chunk.choices[0]?.delta?.content;
-          if (d) { n++; port.postMessage({ type: "delta", id: msg.id, text: d }); }
-          finish = chunk.choices[0]?.finish_reason ?? finish;
-        }
-        // A translation cut at max_tokens is marked as such in the page (not passed off as whole).
-        if (!closed) port.postMessage({ type: "done", id: msg.id, tokens: n, seconds: (performance.now() - t0) / 1000, cut: finish === "length" });
+        if (!closed) port.postMessage({ type: "done", id: msg.id, text: r.text, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests });
       } catch (e) {
         if (!closed) port.postMessage({ type: "error", id: msg.id, message: e.message ?? String(e) });
       } finally {

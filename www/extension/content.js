@@ -5,6 +5,7 @@
   if (window.__tildeopen) return;
   window.__tildeopen = true;
 
+  const MARK = " […]"; // as in whole.js: a part that could not be translated whole
   const SKIP = "[data-tildeopen-ui],script,style,noscript,template,code,pre,kbd,samp,textarea,input,select,option,svg,math,iframe,[contenteditable=''],[contenteditable=true],[translate=no],.notranslate";
   const original = new Map();   // Text node -> its original text
   const translated = new Map(); // Text node -> its translation
@@ -98,15 +99,22 @@
   function onMessage(m) {
     if (m.type === "progress") { stats.loading = m; return; }
     if (!current || m.id !== current.id) return;
-    if (m.type === "delta") {
-      current.text += m.text;
+    if (m.type === "text") {
+      // The block's whole text so far (earlier parts of a split block + the part in progress).
+      current.text = m.text;
       // Stream into the block's first text node; the rest follows at the end of the block.
       if (showing === "translation") quietly(() => (current.nodes[0].data = current.text));
     } else if (m.type === "done" || m.type === "error") {
       if (m.type === "done") {
-        // A translation cut at maxTokens ends with a visible mark.
-        if (m.cut && current.text.trim()) current.text = current.text.trimEnd() + " […]";
-        write(current.nodes, distribute(current.nodes, current.text.trim() ? current.text : current.nodes.map((n) => original.get(n)).join("")));
+        // The final text: whole, or with the original and a visible mark where a part could
+        // not be finished.
+        current.text = m.text;
+        const originals = current.nodes.map((n) => original.get(n));
+        if (m.text === current.sent + MARK || !m.text.trim()) {
+          // Nothing of it could be finished: the page's own text, exactly, and the mark.
+          if (m.text.trim()) originals[originals.length - 1] = originals[originals.length - 1].trimEnd() + MARK;
+          write(current.nodes, originals);
+        } else write(current.nodes, distribute(current.nodes, current.text));
         stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
       } else {
         stats.error = m.message;
@@ -130,12 +138,21 @@
     if (!port) connect();
     running = true;
     document.documentElement.setAttribute("data-tildeopen", "translating");
-    current = { id: nextId++, el: b.el, nodes: b.nodes, text: "" };
     const text = b.nodes.map((n) => original.get(n)).join("").replace(/\s+/g, " ").trim();
+    current = { id: nextId++, el: b.el, nodes: b.nodes, text: "", sent: text };
     port.postMessage({ type: "block", id: current.id, text, target: stats.target });
   }
 
+  // Forgets text nodes the page has removed (a feed or a clock re-rendering), so memory follows
+  // what is on the page, not everything it ever showed.
+  function prune() {
+    const live = (n) => n.isConnected || current?.nodes.includes(n);
+    for (const n of original.keys()) if (!live(n)) { original.delete(n); translated.delete(n); }
+    queue = queue.filter((b) => b.el.isConnected);
+  }
+
   function enqueue(root) {
+    prune();
     for (const b of collect(root)) {
       b.nodes = b.nodes.filter((n) => !queued.has(n));
       if (!b.nodes.length) continue;
@@ -189,9 +206,8 @@
     box.onclick = () => box.remove();
     document.body.append(box);
     const p = chrome.runtime.connect({ name: "translate" });
-    let out = "";
     p.onMessage.addListener((m) => {
-      if (m.type === "delta") box.textContent = out += m.text;
+      if (m.type === "text" || m.type === "done") box.textContent = m.text;
       if (m.type === "error") box.textContent = m.message;
       if (m.type === "done" || m.type === "error") p.disconnect();
     });
