@@ -85,3 +85,16 @@ fn every_type_every_kernel() {
         }
     }
 }
+
+#[test]
+fn binding_size_keeps_kernel_offsets_in_u32() {
+    use tildeopen::gpu::binding_size;
+    // lavapipe: 128 MiB bindings, 2^32-byte buffers.
+    assert_eq!(binding_size(128 << 20, u32::MAX as u64, None), 128 << 20);
+    // A GPU allowing 8 GiB bindings and 64 GiB buffers: capped at 2 GiB (tensors split instead).
+    assert_eq!(binding_size(8 << 30, 64 << 30, None), 1 << 31);
+    // NVIDIA's usual 4 GiB - 1: 2 GiB as well, 256-aligned.
+    assert_eq!(binding_size(u32::MAX as u64, u32::MAX as u64, None), 1 << 31);
+    // A caller's cap, rounded down to 256 bytes.
+    assert_eq!(binding_size(8 << 30, 8 << 30, Some(131_100)), 131_072);
+}

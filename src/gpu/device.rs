@@ -49,6 +49,15 @@ pub struct Gpu {
     pub fast: FastPaths,
 }
 
+/// The largest buffer the engine binds: the device's binding and buffer limits, the caller's cap,
+/// and at most 2 GiB, so that every byte offset a kernel computes inside one binding fits a u32
+/// with room to spare (GPUs that allow larger bindings get tensors split across buffers instead
+/// of offsets that wrap); rounded down to 256 bytes.
+pub fn binding_size(max_storage_binding: u64, max_buffer: u64, cap: Option<u64>) -> u64 {
+    const KERNEL_OFFSET_CAP: u64 = 1 << 31;
+    max_storage_binding.min(max_buffer).min(cap.unwrap_or(u64::MAX)).min(KERNEL_OFFSET_CAP) & !255
+}
+
 impl Gpu {
     /// Opens the best adapter with its own limits (not WebGPU's defaults).
     pub async fn new(opts: &GpuOptions) -> Result<Self> {
@@ -103,11 +112,7 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Gpu(format!("cannot open device on {}: {e}", info.name)))?;
-        let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
-        if let Some(cap) = opts.max_binding_size {
-            max_binding = max_binding.min(cap);
-        }
-        max_binding &= !255;
+        let max_binding = binding_size(limits.max_storage_buffer_binding_size, limits.max_buffer_size, opts.max_binding_size);
         if max_binding < 256 {
             return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
         }
