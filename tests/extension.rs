@@ -56,6 +56,9 @@ fn extension_translates_a_page_and_restores_it() {
     let long = a["#long"][0].as_str().unwrap();
     assert!(long.matches(" […]").count() >= 2, "split into marked parts: {long}");
     assert_eq!(long.replace(" […]", ""), b["#long"][0].as_str().unwrap(), "nothing lost: {long}");
+    // A ticker re-rendered 8 times: the script keeps the live text node, not all 8.
+    let (n0, n1) = (v["nodesBefore"].as_u64().unwrap(), v["nodesAfterTicker"].as_u64().unwrap());
+    assert!(n0 > 10 && n1 <= n0 + 2, "text nodes kept: {n0} before the ticker, {n1} after");
     // The page's own {tildeopen: "translate"} message starts nothing.
     assert!(v["pageCannotTranslate"].as_bool().unwrap(), "a page message started a translation");
 }

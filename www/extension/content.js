@@ -130,7 +130,11 @@
   function pump() {
     if (showing !== "translation") return;
     if (running || !queue.length) {
-      if (!running && !queue.length && stats.blocks) document.documentElement.setAttribute("data-tildeopen", showing === "translation" ? "translated" : "original");
+      if (!running && !queue.length && stats.blocks) {
+        document.documentElement.setAttribute("data-tildeopen", showing === "translation" ? "translated" : "original");
+        // How many text nodes the script keeps (their originals): follows the page's live text.
+        document.documentElement.setAttribute("data-tildeopen-nodes", String(original.size));
+      }
       return;
     }
     const b = queue.shift();
