@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """A static file server for the web tests and the demo: HTTP Range requests (206), HEAD, and
-`POST /result` which appends the posted JSON to --results (how test pages report back).
+`POST /result` which appends the posted JSON to --results (how test pages report back). With
+--results (test mode only) `POST /copy` with {"from": path, "to": path} replaces a served file
+by another one (how a test changes a model file under a page).
 
   scripts/web-serve.py --root .. --port 8000 [--results out.jsonl] [--print-url /path]
 """
-import argparse, http.server, os, re, sys
+import argparse, http.server, json, os, re, shutil, sys
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -24,6 +26,11 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         if self.path == "/result" and Handler.results:
             with open(Handler.results, "ab") as f:
                 f.write(body.replace(b"\n", b" ") + b"\n")
+        if self.path == "/copy" and Handler.results:
+            a = json.loads(body)
+            src, dst = self.translate_path(a["from"]), self.translate_path(a["to"])
+            shutil.copyfile(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
         self.send_response(204)
         self.end_headers()
 

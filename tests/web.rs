@@ -118,3 +118,30 @@ fn demo_page_loads_and_translates() {
     assert_eq!(v["translation"], want.as_str());
     assert!(v["speed"].as_str().unwrap().contains("tokens/s"), "{v}");
 }
+
+#[test]
+fn cached_weights_follow_the_file_and_truncated_files_fail_fast() {
+    let tiny = fixtures().join("models/tiny-tildeopen");
+    let swap = std::env::temp_dir().join(format!("tildeopen-swap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&swap);
+    std::fs::create_dir_all(&swap).unwrap();
+    std::fs::copy(tiny.join("model-Q8_0.gguf"), swap.join("m.gguf")).unwrap();
+    let bytes = std::fs::read(tiny.join("model-Q8_0.gguf")).unwrap();
+    std::fs::write(swap.join("trunc.gguf"), &bytes[..bytes.len() * 3 / 5]).unwrap();
+    let other = "/fixtures/models/tiny-tildeopen/model-Q4_0.gguf";
+    let v = run_page_with("/repo/tests/web/cache.html", &[("request", REQ), ("other", other)], &[("swap", &swap)], Duration::from_secs(300));
+    std::fs::remove_dir_all(&swap).ok();
+    println!("{v}");
+    let q8 = native(&tiny.join("model-Q8_0.gguf"), REQ);
+    let q4 = native(&tiny.join("model-Q4_0.gguf"), REQ);
+    assert_ne!(q8, q4, "the two files answer differently, so a stale cache would show");
+    assert_eq!(v["first"], q8.as_str());
+    assert_eq!(v["again"], q8.as_str(), "from the cache");
+    assert_eq!(v["changed"], q4.as_str(), "a changed file is read anew, not served from the old pieces");
+    assert_eq!(v["afterFirst"]["versions"], 1);
+    assert!(v["afterFirst"]["pieces"].as_u64().unwrap() >= 1);
+    assert_eq!(v["afterChange"]["versions"], 1, "the old version's pieces are deleted");
+    let t = v["truncated"].as_str().unwrap();
+    assert!(t.contains("trunc.gguf") && (t.contains("past the end") || t.contains("truncated") || t.contains("extends")), "a clear error: {t}");
+    assert!(v["truncatedMs"].as_f64().unwrap() < 10_000.0, "fails fast");
+}

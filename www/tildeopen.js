@@ -45,17 +45,42 @@ export async function clearCache() {
   if (globalThis.caches) await caches.delete(CACHE);
 }
 
-async function httpRange(url, start, end) {
+/** Bytes [start, end) of `url`: a 206 whose Content-Range (when the server exposes it) names
+ *  exactly these bytes of a file of `size` bytes, and whose validator matches `version`. */
+async function httpRange(url, start, end, size, etag) {
   const r = await fetch(url, { headers: { Range: `bytes=${start}-${end - 1}` } });
   if (r.status === 200) {
     // The whole file instead of a range: refuse rather than download gigabytes per piece.
     r.body?.cancel();
     throw new Error(`${url}: the server ignores HTTP Range requests (needed to stream weights)`);
   }
+  if (r.status === 416) throw new Error(`${url}: bytes ${start}..${end} are past the end of the file (it is shorter than the ${size} bytes announced)`);
   if (r.status !== 206) throw new Error(`${url}: HTTP ${r.status}`);
+  const cr = r.headers.get("Content-Range");
+  const m = cr && cr.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
+  if (cr && (!m || Number(m[1]) !== start || Number(m[2]) !== end - 1 || (m[3] !== "*" && Number(m[3]) !== size))) {
+    r.body?.cancel();
+    throw new Error(`${url}: asked for bytes ${start}-${end - 1} of ${size}, the server sent "${cr}" (the file changed on the server? reload)`);
+  }
+  const tag = r.headers.get("ETag");
+  if (etag && tag && tag !== etag) {
+    r.body?.cancel();
+    throw new Error(`${url}: the file changed on the server while loading (ETag ${etag} -> ${tag}); reload`);
+  }
   const buf = new Uint8Array(await r.arrayBuffer());
-  if (buf.length !== end - start) throw new Error(`${url}: asked for ${end - start} bytes at ${start}, got ${buf.length}`);
+  if (buf.length !== end - start) throw new Error(`${url}: asked for ${end - start} bytes at ${start}, got ${buf.length} (the file is shorter than announced?)`);
   return buf;
+}
+
+const PIECE_PREFIX = "https://tildeopen.invalid/";
+
+/** Deletes the cached pieces of `url` that belong to another version of the file. */
+async function evictOtherVersions(cache, url, version) {
+  const mine = `${PIECE_PREFIX}${encodeURIComponent(url)}/`;
+  const keep = `${mine}${encodeURIComponent(version)}/`;
+  for (const req of await cache.keys()) {
+    if (req.url.startsWith(mine) && !req.url.startsWith(keep)) await cache.delete(req);
+  }
 }
 
 /** The `io` object the engine reads weights through: a URL (cached pieces) or a File/Blob. */
@@ -66,13 +91,15 @@ function makeIo(model, useCache) {
       range: async (_u, start, end) => new Uint8Array(await model.slice(start, end).arrayBuffer()),
     };
   }
-  const sizes = new Map(), versions = new Map();
+  const sizes = new Map(), versions = new Map(), etags = new Map();
   const cache = useCache && globalThis.caches ? caches.open(CACHE) : null;
-  const pieceKey = (url, i) => `https://tildeopen.invalid/${encodeURIComponent(url)}/${encodeURIComponent(versions.get(url) ?? "")}/${i}`;
+  const pieceKey = (url, i) => `${PIECE_PREFIX}${encodeURIComponent(url)}/${encodeURIComponent(versions.get(url))}/${i}`;
   async function piece(url, i) {
     const size = sizes.get(url);
     const start = i * PIECE, end = Math.min(size, start + PIECE);
-    const c = cache && (await cache);
+    // Pieces are cached only for files whose version the server exposes (ETag or
+    // Last-Modified): without one a changed file could not be told from the cached copy.
+    const c = cache && versions.get(url) !== null && (await cache);
     if (c) {
       const hit = await c.match(pieceKey(url, i));
       if (hit) {
@@ -80,21 +107,26 @@ function makeIo(model, useCache) {
         if (b.length === end - start) return b;
       }
     }
-    const bytes = await httpRange(url, start, end);
+    const bytes = await httpRange(url, start, end, size, etags.get(url));
     if (c) await c.put(pieceKey(url, i), new Response(bytes)).catch(() => {});
     return bytes;
   }
   return {
     async size(url) {
       if (sizes.has(url)) return sizes.get(url);
-      const r = await fetch(url, { method: "HEAD" });
+      const r = await fetch(url, { method: "HEAD", cache: "no-store" });
       if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
       const len = r.headers.get("Content-Length");
       const size = len === null ? NaN : Number(len);
       if (!Number.isFinite(size)) throw new Error(`${url}: no Content-Length`);
-      // Cached pieces belong to this version of the file.
-      versions.set(url, `${size}-${r.headers.get("ETag") ?? r.headers.get("Last-Modified") ?? ""}`);
+      const etag = r.headers.get("ETag"), modified = r.headers.get("Last-Modified");
+      // Cached pieces belong to this version of the file; other versions' pieces are deleted.
+      const version = etag || modified ? `${size}-${etag ?? modified}` : null;
+      versions.set(url, version);
+      etags.set(url, etag);
       sizes.set(url, size);
+      const c = cache && (await cache);
+      if (c && version !== null) await evictOtherVersions(c, url, version).catch(() => {});
       return size;
     },
     async range(url, start, end) {
