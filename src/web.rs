@@ -104,7 +104,7 @@ impl TensorSource for RemoteGguf<'_> {
 }
 
 /// A tensor in a safetensors file: dtype, shape, absolute byte range.
-type Entry = (String, Vec<usize>, u64, u64);
+type Entry = crate::model::tensor::SafetensorsEntry;
 
 /// One safetensors file over the network.
 struct Shard {
@@ -131,7 +131,7 @@ impl RemoteHf<'_> {
 impl TensorSource for RemoteHf<'_> {
     async fn tensor(&mut self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
         let hf = crate::model::names::hf_name(name);
-        let (url, (dtype, shape, start, end)) = match self.find(&hf) {
+        let (url, Entry { dtype, shape, start, end }) = match self.find(&hf) {
             Some((s, t)) => (s.url.clone(), t.clone()),
             None => return Err(Error::Shape(format!("checkpoint lacks tensor {hf}"))),
         };
@@ -163,39 +163,23 @@ async fn fetch_shard(io: &Io, url: &str) -> Result<Shard> {
     let len = io.size(url).await?;
     let mut buf = Vec::new();
     io.range(url, 0, 8.min(len), &mut buf).await?;
-    if buf.len() < 8 {
-        return Err(Error::corrupt(url, "truncated safetensors header"));
-    }
-    let n = u64::from_le_bytes(buf[..8].try_into().unwrap());
-    if n > len - 8 || n > 100 << 20 {
-        return Err(Error::corrupt(url, format!("safetensors header of {n} bytes in a {len}-byte file")));
-    }
+    let n = crate::model::tensor::safetensors_header_len(&buf, len, url)?;
     io.range(url, 8, 8 + n, &mut buf).await?;
-    let v: serde_json::Value = serde_json::from_slice(&buf).map_err(|e| Error::corrupt(url, e.to_string()))?;
-    let mut tensors = HashMap::new();
-    for (name, t) in v.as_object().ok_or_else(|| Error::corrupt(url, "header is not an object"))? {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = t["dtype"].as_str().unwrap_or("").to_string();
-        let shape: Vec<usize> = t["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
-        let off = t["data_offsets"].as_array().and_then(|a| Some((a.first()?.as_u64()?, a.get(1)?.as_u64()?)));
-        let (s, e) = off.ok_or_else(|| Error::corrupt(url, format!("{name}: no data_offsets")))?;
-        let (s, e) = (8 + n + s, 8 + n + e);
-        if s > e || e > len {
-            return Err(Error::corrupt(url, format!("{name}: bytes {s}..{e} past the end of the {len}-byte file")));
-        }
-        tensors.insert(name.clone(), (dtype, shape, s, e));
-    }
+    let tensors = crate::model::tensor::safetensors_header(&buf, n, len, url)?;
     Ok(Shard { url: url.to_string(), tensors })
 }
 
-/// Reads a GGUF header: the first 1 MiB, doubled until the header parses.
+/// Reads a GGUF header: the first 1 MiB, doubled until the header parses. Each step fetches only
+/// the bytes after what it has (nothing is read twice), and the header checks bound every count
+/// by the bytes it needs, so a truncated or lying file fails within a few requests instead of
+/// reading the whole file again and again.
 async fn fetch_header(io: &Io, url: &str, len: u64) -> Result<Gguf> {
     let mut n = (1u64 << 20).min(len);
     let mut buf = Vec::new();
+    let mut more = Vec::new();
     loop {
-        io.range(url, 0, n, &mut buf).await?;
+        io.range(url, buf.len() as u64, n, &mut more).await?;
+        buf.extend_from_slice(&more);
         match Gguf::parse(&buf, len, url) {
             Ok(g) => return Ok(g),
             Err(Error::Corrupt { msg, .. }) if msg.contains("truncated") && n < len => n = (n * 2).min(len),
@@ -258,7 +242,7 @@ impl WasmEngine {
             for f in files {
                 shards.push(fetch_shard(&io, &format!("{base}{f}")).await.map_err(engine_error)?);
             }
-            total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.3 - t.2)).sum());
+            total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.end - t.start)).sum());
             (cfg, tokenizer, None, shards)
         };
         let gpu = Gpu::new(&GpuOptions::default()).await.map_err(engine_error)?;

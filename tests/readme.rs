@@ -66,6 +66,7 @@ const TABLE: &[(&str, How)] = &[
     ("tildeopen batch --model model.gguf requests.jsonl", Run("")),
     ("tildeopen batch --model model.gguf requests.jsonl --output-dir out --join-source input", Run("")),
     ("cargo build --release", By("scripts/test", "cargo build --release")),
+    ("scripts/fuzz 60 gguf_header", By("scripts/test", "scripts/fuzz 15")),
     ("../shared/bench/make-bench-model /tmp/bench.gguf bench", Bench),
     ("../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 512 --gen-tokens 64 --rounds 2", Bench),
     ("../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 2000 --gen-tokens 32 --rounds 1", Bench),

@@ -109,3 +109,54 @@ fn stream_decoder_holds_back_partial_characters() {
     assert_eq!(deltas.concat(), "a 🦀 b");
     assert!(deltas.iter().filter(|d| d.is_empty()).count() >= 3, "partial bytes held back: {deltas:?}");
 }
+
+/// Protobuf bytes: field `num` as a length-delimited value.
+fn pb_bytes(num: u32, v: &[u8]) -> Vec<u8> {
+    let mut out = vec![(num << 3 | 2) as u8];
+    let mut n = v.len();
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    out.extend_from_slice(v);
+    out
+}
+
+/// A minimal Unigram `tokenizer.model` with `charsmap` as its normalizer's precompiled charsmap.
+fn spm_with_charsmap(charsmap: &[u8]) -> Vec<u8> {
+    let mut m = vec![];
+    for (piece, score, ty) in [("<unk>", 0.0f32, 2u8), ("<s>", 0.0, 3), ("</s>", 0.0, 3), ("\u{2581}a", -1.0, 1), ("a", -2.0, 1)] {
+        let mut p = pb_bytes(1, piece.as_bytes());
+        p.push(2 << 3 | 5);
+        p.extend_from_slice(&score.to_le_bytes());
+        p.extend_from_slice(&[3 << 3, ty]);
+        m.extend(pb_bytes(1, &p));
+    }
+    m.extend(pb_bytes(2, &[3 << 3, 1])); // trainer_spec: model_type = UNIGRAM
+    m.extend(pb_bytes(3, &pb_bytes(2, charsmap))); // normalizer_spec.precompiled_charsmap
+    m
+}
+
+#[test]
+fn inconsistent_charsmap_is_an_error_at_load() {
+    // The trie's root points far past its two units: normalising any text would index out of
+    // bounds: without the load-time check the normaliser (spm_precompiled) panics at the first
+    // encode.
+    let mut trie = 8u32.to_le_bytes().to_vec();
+    trie.extend_from_slice(&(0x1F_FFFFu32 << 10).to_le_bytes());
+    trie.extend_from_slice(&0u32.to_le_bytes());
+    trie.extend_from_slice(b"x\0");
+    let e = Tokenizer::from_spm_bytes(&spm_with_charsmap(&trie), "bad.model").err().expect("refused at load");
+    assert!(e.to_string().contains("bad.model") && e.to_string().contains("precompiled charsmap"), "{e}");
+    // A trie size that does not fit the charsmap.
+    let mut short = 4096u32.to_le_bytes().to_vec();
+    short.extend_from_slice(&[0; 8]);
+    let e = Tokenizer::from_spm_bytes(&spm_with_charsmap(&short), "bad.model").err().expect("refused at load");
+    assert!(e.to_string().contains("precompiled charsmap"), "{e}");
+    // The same model without a charsmap loads and encodes.
+    let mut plain = spm_with_charsmap(&[]);
+    plain.truncate(plain.len() - 4);
+    let tok = Tokenizer::from_spm_bytes(&plain, "ok.model").unwrap();
+    assert!(!tok.encode("a a").unwrap().is_empty());
+}

@@ -106,13 +106,8 @@ impl HfDir {
         let mut index = HashMap::new();
         for (i, f) in files.iter().enumerate() {
             let map = mmap(f)?;
-            let (_, meta) = safetensors::SafeTensors::read_metadata(&map)
-                .map_err(|e| Error::corrupt(f.display().to_string(), e.to_string()))?;
-            // Validate offsets against the real file size (a header that lies about sizes).
-            safetensors::SafeTensors::deserialize(&map)
-                .map_err(|e| Error::corrupt(f.display().to_string(), e.to_string()))?;
-            for name in meta.tensors().keys() {
-                index.insert(name.clone(), i);
+            for name in crate::model::tensor::safetensors_names(&map, &f.display().to_string())? {
+                index.insert(name, i);
             }
             shards.push((f.clone(), map));
         }
@@ -126,11 +121,6 @@ impl HfDir {
             .get(&hf)
             .ok_or_else(|| Error::Shape(format!("checkpoint {} lacks tensor {hf}", self.dir.display())))?;
         let (path, map) = &self.shards[i];
-        let st = safetensors::SafeTensors::deserialize(map)
-            .map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
-        let view = st.tensor(&hf).map_err(|e| Error::corrupt(path.display().to_string(), e.to_string()))?;
-        crate::model::tensor::check_shape(&hf, view.shape(), rows, cols)?;
-        let src_ty = crate::model::tensor::safetensors_dtype(&format!("{:?}", view.dtype()), &hf)?;
-        crate::model::tensor::from_checkpoint(src_ty, view.data(), rows, cols, self.format)
+        crate::model::tensor::safetensors_tensor(map, &hf, rows, cols, self.format, &path.display().to_string())
     }
 }

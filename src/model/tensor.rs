@@ -112,3 +112,71 @@ pub fn check_shape(name: &str, shape: &[usize], rows: usize, cols: usize) -> Res
     }
     Ok(())
 }
+
+/// The tensor names of a safetensors file (`bytes`, the whole file), after checking its header
+/// against the bytes it describes (offsets, sizes, dtypes): how the native loader opens a shard.
+pub fn safetensors_names(bytes: &[u8], what: &str) -> Result<Vec<String>> {
+    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    // Validate offsets against the real file size (a header that lies about sizes).
+    safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    Ok(meta.tensors().into_keys().collect())
+}
+
+/// Tensor `hf` of a safetensors file (`bytes`, the whole file), checked to be `rows x cols`,
+/// in the GPU layout (`format` for matrices): how the native loader reads a checkpoint tensor.
+pub fn safetensors_tensor<'a>(bytes: &'a [u8], hf: &str, rows: usize, cols: usize, format: WeightFormat, what: &str) -> Result<HostTensor<'a>> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    let view = st.tensor(hf).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    check_shape(hf, view.shape(), rows, cols)?;
+    let src_ty = safetensors_dtype(&format!("{:?}", view.dtype()), hf)?;
+    from_checkpoint(src_ty, view.data(), rows, cols, format)
+}
+
+/// One tensor of a safetensors header: dtype name, shape, absolute byte range in the file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SafetensorsEntry {
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// The most bytes a safetensors JSON header may take (the `safetensors` crate's limit).
+pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// The length of a safetensors header from the file's first 8 bytes, checked against the
+/// length of the file (`file_len`): how the web loader reads a shard before fetching its header.
+pub fn safetensors_header_len(first: &[u8], file_len: u64, what: &str) -> Result<u64> {
+    let Some(b) = first.get(..8) else {
+        return Err(Error::corrupt(what, "truncated safetensors header"));
+    };
+    let n = u64::from_le_bytes(b.try_into().unwrap());
+    if n > file_len.saturating_sub(8) || n > MAX_SAFETENSORS_HEADER {
+        return Err(Error::corrupt(what, format!("safetensors header of {n} bytes in a {file_len}-byte file")));
+    }
+    Ok(n)
+}
+
+/// A safetensors JSON header (`json`, the `header_len` bytes after the length) of a file of
+/// `file_len` bytes: every tensor with its absolute byte range, each range inside the file.
+/// How the web loader reads a shard without fetching the whole file.
+pub fn safetensors_header(json: &[u8], header_len: u64, file_len: u64, what: &str) -> Result<std::collections::HashMap<String, SafetensorsEntry>> {
+    let v: serde_json::Value = serde_json::from_slice(json).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    let mut tensors = std::collections::HashMap::new();
+    for (name, t) in v.as_object().ok_or_else(|| Error::corrupt(what, "header is not an object"))? {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = t["dtype"].as_str().unwrap_or("").to_string();
+        let shape: Vec<usize> = t["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
+        let off = t["data_offsets"].as_array().and_then(|a| Some((a.first()?.as_u64()?, a.get(1)?.as_u64()?)));
+        let (s, e) = off.ok_or_else(|| Error::corrupt(what, format!("{name}: no data_offsets")))?;
+        let base = header_len.saturating_add(8);
+        let range = base.checked_add(s).zip(base.checked_add(e)).filter(|(s, e)| s <= e && *e <= file_len);
+        let Some((start, end)) = range else {
+            return Err(Error::corrupt(what, format!("{name}: data_offsets {s}..{e} are not a byte range inside the {file_len}-byte file (past the end?)")));
+        };
+        tensors.insert(name.clone(), SafetensorsEntry { dtype, shape, start, end });
+    }
+    Ok(tensors)
+}

@@ -143,6 +143,56 @@ fn walk<'a>(b: &'a [u8], path: &str, mut f: impl FnMut(u64, Field<'a>) -> Result
     Ok(())
 }
 
+/// Checks a `precompiled_charsmap` (a u32 trie size in bytes, the trie as a darts double array
+/// of u32 units, then NUL-terminated replacement strings) so that normalising any text with it
+/// stays inside the trie and the strings: every node reachable from the root, for every next
+/// byte, names a unit inside the array, and every leaf value is the start of a character in
+/// the strings. The normaliser itself indexes without checks, so a charsmap that fails here
+/// would panic at the first text that walks into the broken part.
+fn check_charsmap(b: &[u8]) -> std::result::Result<(), String> {
+    let Some(size) = b.get(..4).map(|s| u32::from_le_bytes(s.try_into().unwrap()) as usize) else {
+        return Err("shorter than its 4-byte trie size".into());
+    };
+    if size == 0 || !size.is_multiple_of(4) || size > b.len() - 4 {
+        return Err(format!("trie of {size} bytes in a {}-byte charsmap (must be a positive multiple of 4 that fits)", b.len()));
+    }
+    let units: Vec<u32> = b[4..4 + size].chunks_exact(4).map(|u| u32::from_le_bytes(u.try_into().unwrap())).collect();
+    let strings = std::str::from_utf8(&b[4 + size..]).map_err(|_| "replacement strings are not UTF-8".to_string())?;
+    // The unit layout sentencepiece's darts-clone writes (and the normaliser reads).
+    let offset = |u: u32| ((u >> 10) << ((u & (1 << 9)) >> 6)) as usize;
+    let label = |u: u32| u & ((1 << 31) | 0xff);
+    let has_leaf = |u: u32| (u >> 8) & 1 == 1;
+    let value = |u: u32| (u & ((1 << 31) - 1)) as usize;
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![offset(units[0])];
+    while let Some(node) = todo.pop() {
+        if !seen.insert(node) {
+            continue;
+        }
+        for c in 1..=255u32 {
+            let child = node ^ c as usize;
+            let Some(&unit) = units.get(child) else {
+                return Err(format!("trie node {node} has child {child} for byte {c:#04x}, past its {} units", units.len()));
+            };
+            if label(unit) != c {
+                continue;
+            }
+            let next = child ^ offset(unit);
+            if has_leaf(unit) {
+                let Some(&leaf) = units.get(next) else {
+                    return Err(format!("trie leaf {next} past its {} units", units.len()));
+                };
+                let v = value(leaf);
+                if !strings.is_char_boundary(v) {
+                    return Err(format!("replacement offset {v} is not the start of a character in the {}-byte strings", strings.len()));
+                }
+            }
+            todo.push(next);
+        }
+    }
+    Ok(())
+}
+
 impl SpmModel {
     /// Parses a `tokenizer.model` file's bytes.
     pub fn from_proto(bytes: &[u8], path: &str) -> Result<Self> {
@@ -206,6 +256,7 @@ impl SpmModel {
         let charsmap = if charsmap.is_empty() {
             None
         } else {
+            check_charsmap(charsmap).map_err(|e| Error::corrupt(path, format!("precompiled charsmap: {e}")))?;
             Some(
                 tokenizers::normalizers::Precompiled::from(charsmap)
                     .map_err(|e| Error::corrupt(path, format!("precompiled charsmap: {e}")))?,

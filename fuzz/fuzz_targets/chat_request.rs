@@ -1,0 +1,50 @@
+//! A chat request body, as the HTTP server and Batch Transform read it: bytes, UTF-8, JSON, the
+//! request's validation; then what the engine derives from an accepted request (messages,
+//! stop strings, sampling) and the task's output filter, streamed in pieces and whole.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tildeopen::chat::api::ChatRequest;
+use tildeopen::chat::tasks::{clean_output, OutputFilter};
+
+fuzz_target!(|data: &[u8]| {
+    // The server: the body must be UTF-8.
+    let Ok(body) = std::str::from_utf8(data) else { return };
+    check(body);
+    // Batch Transform: one request a line.
+    if body.contains('\n') {
+        for line in body.lines().filter(|l| !l.trim().is_empty()).take(8) {
+            check(line);
+        }
+    }
+});
+
+fn check(body: &str) {
+    let Ok(req) = ChatRequest::from_json(body) else { return };
+    req.validate().expect("from_json returns a validated request");
+    let msgs = req.effective_messages();
+    assert!(!msgs.is_empty(), "an accepted request has messages");
+    let stops = req.stop_strings();
+    assert!(stops.iter().all(|s| !s.is_empty()));
+    let p = req.sampling();
+    assert!(p.temperature.is_finite() && p.top_p.is_finite() && p.min_p.is_finite() && p.repetition_penalty.is_finite());
+    // Round trip: what the request serialises to parses to the same request.
+    let again = serde_json::to_string(&req).expect("a request serialises");
+    assert_eq!(ChatRequest::from_json(&again).as_ref(), Ok(&req), "{again}");
+    // The task's output filter over model output made from the request's own text: streamed
+    // in pieces it gives what it gives in one piece.
+    let out: String = msgs.iter().map(|m| m.content.as_str()).collect::<Vec<_>>().join("\n");
+    let out: String = out.chars().take(512).collect();
+    let whole = clean_output(req.task.as_ref(), &out);
+    for step in [1, 3, 7] {
+        let mut f = OutputFilter::new(req.task.as_ref());
+        let chars: Vec<char> = out.chars().collect();
+        let mut s = String::new();
+        for c in chars.chunks(step) {
+            s += &f.push(&c.iter().collect::<String>());
+        }
+        s += &f.finish();
+        assert_eq!(s, whole, "{out:?} in steps of {step}");
+    }
+}
