@@ -238,6 +238,20 @@ fn gguf_offsets_that_lie() {
         };
         assert!(e.contains(want), "{what}: {e}");
     }
+    // Dimensions whose element count fits u64 but whose byte size does not (found by the
+    // gguf_header fuzz target: the size wrapped, so the tensor seemed to fit in the file).
+    let name = g.tensors[1].name.as_bytes();
+    let at = src.windows(name.len()).rposition(|w| w == name).unwrap() + name.len();
+    let nd = u32::from_le_bytes(src[at..at + 4].try_into().unwrap()) as usize;
+    let mut bad = src.clone();
+    bad[at + 4..at + 12].copy_from_slice(&0xFC00_0000_0000_0000u64.to_le_bytes());
+    for d in 1..nd {
+        bad[at + 4 + 8 * d..at + 12 + 8 * d].copy_from_slice(&1u64.to_le_bytes());
+    }
+    match tildeopen::model::gguf::Gguf::parse(&bad, bad.len() as u64, "bad.gguf") {
+        Ok(_) => panic!("a byte size past u64 accepted"),
+        Err(e) => assert!(e.to_string().contains("overflow"), "{e}"),
+    }
 }
 
 /// A sharded checkpoint's index may only name files inside its directory.

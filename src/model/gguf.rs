@@ -193,7 +193,9 @@ impl Gguf {
             if !n.is_multiple_of(ty.block_elems() as u64) || dims[0] % ty.block_elems() as u64 != 0 {
                 return Err(Error::corrupt(path, format!("tensor {name}: rows are not whole {} blocks", ty.name())));
             }
-            let size = n / ty.block_elems() as u64 * ty.block_bytes() as u64;
+            let size = (n / ty.block_elems() as u64)
+                .checked_mul(ty.block_bytes() as u64)
+                .ok_or_else(|| Error::corrupt(path, format!("tensor {name}: {n} elements of {} overflow the byte size", ty.name())))?;
             if off % align != 0 {
                 return Err(Error::corrupt(path, format!("tensor {name}: offset {off} is not aligned to general.alignment {align}")));
             }
