@@ -193,6 +193,8 @@ fn invalid_config_values_name_the_field() {
         ("vocab_size", serde_json::json!(0)),
         ("num_key_value_heads", serde_json::json!(3)),
         ("intermediate_size", serde_json::json!(1.5)),
+        // Found by the hf_config fuzz target: a zero factor gave infinite rotary frequencies.
+        ("rope_scaling", serde_json::json!({"type": "linear", "factor": 0.0})),
     ];
     for (key, value) in cases {
         let mut v = base.clone();

@@ -218,6 +218,18 @@ impl ModelConfig {
                 return Err(Error::Unsupported(format!("{name} = {v} (must be finite and > 0)")));
             }
         }
+        let factor = match c.rope_scaling {
+            RopeScaling::None => None,
+            RopeScaling::Linear { factor } | RopeScaling::Yarn { factor, .. } => Some(factor),
+        };
+        if let Some(f) = factor.filter(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(Error::Unsupported(format!("rope_scaling.factor = {f} (must be finite and > 0)")));
+        }
+        // Whatever the scaling parameters, the rotary tables the kernels take must be finite.
+        let (inv, attn) = c.rope_inv_freq();
+        if !(attn.is_finite() && attn > 0.0) || inv.iter().any(|f| !f.is_finite()) {
+            return Err(Error::Unsupported(format!("rope_scaling {:?} gives non-finite rotary frequencies", c.rope_scaling)));
+        }
         if c.num_kv_heads == 0 || !c.num_heads.is_multiple_of(c.num_kv_heads) {
             return Err(Error::Unsupported(format!(
                 "{} query heads are not a multiple of {} KV heads",
