@@ -207,7 +207,7 @@ def gguf_seeds(fixtures, out, smollm2):
             seeds[f"{d}-{f}-header"] = write_gguf(cut_vocab(kvs, 64), tensors, version=version, align=align)
             if f in ("model-Q4_K_M.gguf", "model-Q8_0.gguf"):
                 with open(path, "rb") as fh:
-                    seeds[f"{d}-{f}-prefix"] = fh.read(MAX)
+                    seeds[f"{d}-{f}-prefix"] = fh.read(16 * 1024)
     if smollm2 and os.path.exists(smollm2):
         version, kvs, tensors, _, align = read_gguf(smollm2)
         seeds["smollm2-header"] = write_gguf(cut_vocab(kvs, 64), tensors, version=version, align=align)
@@ -347,16 +347,14 @@ def bytes_field(num, payload):
 
 
 def charsmap(rules):
-    """A precompiled charsmap (darts double array + NUL-terminated strings) for `rules`
-    (text -> replacement): each trie node gets a 256-unit block, its children at
-    block + byte, its leaf value at block + 0."""
+    """A precompiled charsmap (darts double array + NUL-terminated replacement strings) for
+    `rules` (text -> replacement). Each trie node gets its own base: its children's units
+    sit at base ^ byte, its leaf value at base itself (bases packed as darts packs them)."""
     strings, value_of = b"", {}
     for src, dst in rules.items():
         value_of[src.encode()] = len(strings)
         strings += dst.encode() + b"\0"
-    # Trie of the keys' bytes.
-    nodes = [{}]  # node -> {byte: child}
-    leaf = {}
+    nodes, leaf = [{}], {}  # node -> {byte: child}; node -> value
     for key, v in value_of.items():
         n = 0
         for c in key:
@@ -365,15 +363,23 @@ def charsmap(rules):
                 nodes[n][c] = len(nodes) - 1
             n = nodes[n][c]
         leaf[n] = v
-    units = [0] * (256 * len(nodes))
+    # The root's base is 0 (unit 0 holds its offset, 0), its children at their bytes.
+    base, used = {0: 0}, {0} | set(nodes[0])
+    for n in range(1, len(nodes)):
+        b = 1
+        while b in base.values() or (n in leaf and b in used) or any(b ^ c in used for c in nodes[n]):
+            b += 1
+        base[n] = b
+        used |= {b} if n in leaf else set()
+        used |= {b ^ c for c in nodes[n]}
+    size = (max(list(used) + list(base.values())) // 256 + 1) * 256
+    units = [0] * size
     for n, children in enumerate(nodes):
-        base = 256 * n
         for c, child in children.items():
-            cb = 256 * child
-            idx = base + c
-            units[idx] = ((idx ^ cb) << 10) | c | ((1 << 8) if child in leaf else 0)
-            if child in leaf:
-                units[cb] = (1 << 31) | leaf[child]
+            idx = base[n] ^ c
+            units[idx] = ((idx ^ base[child]) << 10) | c | ((1 << 8) if child in leaf else 0)
+        if n in leaf:
+            units[base[n]] = (1 << 31) | leaf[n]
     trie = b"".join(struct.pack("<I", u) for u in units)
     return struct.pack("<I", len(trie)) + trie + strings
 
@@ -405,10 +411,8 @@ def spm_seeds(fixtures, out):
             norm = raw[pos + 1:]
             norm = b"".join(x[2] for x in proto_fields(norm) if x[0] != 2)
         norm = bytes_field(2, cm) + norm
-        small = b"".join(x[2] for x in pieces[:300]) + b"".join(x[2] for x in rest if x[0] != 3) + bytes_field(3, norm)
+        small = b"".join(x[2] for x in pieces[:200]) + b"".join(x[2] for x in rest if x[0] != 3) + bytes_field(3, norm)
         seeds[f"{f}-charsmap"] = small + b"\xff\xfeTX" + "\u00c5bx \ufb01ne \u00e9t\u00e9 stra\u00dfe ab".encode()
-        if f == "tokenizer-bpe.model":
-            seeds[f] = b
     write(out, "spm_model", seeds)
 
 

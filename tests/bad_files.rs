@@ -195,6 +195,11 @@ fn invalid_config_values_name_the_field() {
         ("intermediate_size", serde_json::json!(1.5)),
         // Found by the hf_config fuzz target: a zero factor gave infinite rotary frequencies.
         ("rope_scaling", serde_json::json!({"type": "linear", "factor": 0.0})),
+        // Found by the gguf_header fuzz target: a tiny rope_theta overflowed the frequencies.
+        ("rope_theta", serde_json::json!(1.7e-44)),
+        ("rope_theta", serde_json::json!(0.5)),
+        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "beta_fast": 0.0})),
+        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0})),
     ];
     for (key, value) in cases {
         let mut v = base.clone();

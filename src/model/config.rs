@@ -218,6 +218,26 @@ impl ModelConfig {
                 return Err(Error::Unsupported(format!("{name} = {v} (must be finite and > 0)")));
             }
         }
+        // A base of 1 or less makes the frequencies grow along the head (and a tiny one
+        // overflows them): found by the gguf_header fuzz target (rope_theta 1.7e-44).
+        if c.rope_theta <= 1.0 {
+            return Err(Error::Unsupported(format!("rope_theta = {} (must be greater than 1)", c.rope_theta)));
+        }
+        if let RopeScaling::Yarn { original_max_position_embeddings, beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim, .. } = &c.rope_scaling {
+            for (name, v) in [("beta_fast", *beta_fast), ("beta_slow", *beta_slow)] {
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(Error::Unsupported(format!("rope_scaling.{name} = {v} (must be finite and > 0)")));
+                }
+            }
+            if *original_max_position_embeddings == 0 {
+                return Err(Error::Unsupported("rope_scaling.original_max_position_embeddings = 0".into()));
+            }
+            for (name, v) in [("attention_factor", attention_factor), ("mscale", mscale), ("mscale_all_dim", mscale_all_dim)] {
+                if let Some(v) = v.filter(|v| !v.is_finite()) {
+                    return Err(Error::Unsupported(format!("rope_scaling.{name} = {v} (must be finite)")));
+                }
+            }
+        }
         let factor = match c.rope_scaling {
             RopeScaling::None => None,
             RopeScaling::Linear { factor } | RopeScaling::Yarn { factor, .. } => Some(factor),
