@@ -81,6 +81,14 @@ pub fn gpu(max_binding: Option<u64>) -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { max_binding_size: max_binding, ..Default::default() })).expect("no usable GPU adapter")
 }
 
+/// Opens the GPU with the subgroup matvec wherever the adapter has subgroups (lavapipe does; by
+/// default CPU devices do not use it). Panics when the adapter has none, so the path is tested.
+pub fn gpu_subgroups() -> Gpu {
+    let g = pollster::block_on(Gpu::new(&GpuOptions { subgroups: Some(true), ..Default::default() })).expect("no usable GPU adapter");
+    assert!(g.fast.subgroups, "the test adapter {} has no subgroups", g.info.name);
+    g
+}
+
 /// Opens the GPU with only the baseline kernels (no fusions, no split attention).
 pub fn gpu_baseline() -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { baseline: true, ..Default::default() })).expect("no usable GPU adapter")

@@ -11,11 +11,12 @@ fn opts(kv_f16: bool) -> SessionOptions {
 
 /// f32 KV cache: max |logit - golden| <= 0.01 everywhere, and greedy tokens identical up to the
 /// first step whose golden margin is < 0.05. Then the same with the binding size forced to 128 KiB
-/// (embedding, lm_head and logits split across buffers), and with the baseline kernels only.
+/// (embedding, lm_head and logits split across buffers), with the subgroup matvec (lavapipe has
+/// subgroups; CPU devices do not use it by default), and with the baseline kernels only.
 #[test]
 fn f32_cache_matches_golden_and_greedy() {
-    for (binding, baseline) in [(None, false), (Some(131072), false), (None, true)] {
-        let gpu = if baseline { gpu_baseline() } else { gpu(binding) };
+    for (binding, baseline, sg) in [(None, false, false), (Some(131072), false, false), (None, false, true), (None, true, false)] {
+        let gpu = if baseline { gpu_baseline() } else if sg { gpu_subgroups() } else { gpu(binding) };
         assert_eq!(gpu.fast.fused, !baseline);
         for (name, model_path, golden_path) in cases() {
             let g = golden(&golden_path);
@@ -26,8 +27,8 @@ fn f32_cache_matches_golden_and_greedy() {
             let mut s = Session::new(&model, opts(false)).unwrap();
             let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
             let d = max_abs_diff(&logits, &g.logits);
-            println!("{name} binding={binding:?} baseline={baseline}: max |dlogit| = {d:.6}");
-            assert!(d <= 0.01, "{name} (binding {binding:?}, baseline {baseline}): max |dlogit| {d} > 0.01");
+            println!("{name} binding={binding:?} baseline={baseline} subgroups={}: max |dlogit| = {d:.6}", gpu.fast.subgroups);
+            assert!(d <= 0.01, "{name} (binding {binding:?}, baseline {baseline}, subgroups {sg}): max |dlogit| {d} > 0.01");
 
             s.reset();
             let n = g.greedy_ids.len();
@@ -68,12 +69,14 @@ fn f16_cache_within_tolerance() {
     }
 }
 
-/// Prefill then one-token decode steps give the same logits as one long prefill.
+/// Prefill then one-token decode steps give the same logits as one long prefill, with the
+/// default kernels and with the subgroup matvec.
 #[test]
 fn prefill_then_decode_equals_one_prefill() {
     let root = fixtures().join("models");
-    let gpu = gpu(None);
-    for m in ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"] {
+    for (gpu, m) in [gpu(None), gpu_subgroups()].into_iter().flat_map(|g| {
+        ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"].map(move |m| (g.clone(), m))
+    }) {
         let model = load_on(&root.join(m), &gpu);
         let g = golden(&root.join(if m.ends_with(".gguf") { m.replace(".gguf", ".golden.safetensors") } else { format!("{m}/golden.safetensors") }));
         let ids = &g.input_ids[..g.input_ids.len().min(80)];
@@ -89,7 +92,7 @@ fn prefill_then_decode_equals_one_prefill() {
             stepped.push(pollster::block_on(s.last_logits()).unwrap());
         }
         let d = max_abs_diff(&stepped, &whole[split - 1..]);
-        println!("{m}: prefill+decode vs prefill max |d| = {d}");
+        println!("{m} (subgroups {}): prefill+decode vs prefill max |d| = {d}", gpu.fast.subgroups);
         assert!(d <= 1e-3, "{m}: {d}");
         assert_eq!(s.position(), ids.len());
     }

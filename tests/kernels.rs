@@ -45,12 +45,15 @@ fn every_type_every_kernel() {
     let (xs, x) = v.f32s("x");
     let cols = xs[1];
     let whole = gpu(None);
-    for split in [false, true] {
+    let sg = gpu_subgroups();
+    println!("subgroup matvec by default: {}", whole.fast.subgroups);
+    // The default kernels, the same with tensors split across buffers, and the subgroup matvec.
+    for (split, subgroups) in [(false, false), (true, false), (false, true)] {
         for ty in GgmlType::ALL {
             // Split: a binding cap that holds 3 of the 8 rows.
             let rb = ty.row_bytes(cols).unwrap() as u64;
             let binding = split.then(|| (3 * rb + 4).div_ceil(256) * 256);
-            let gpu = if split { gpu(binding) } else { whole.clone() };
+            let gpu = if split { gpu(binding) } else if subgroups { sg.clone() } else { whole.clone() };
             let (rs, raw) = v.get(&format!("{}.raw", ty.name()));
             let (_, want) = v.f32s(&format!("{}.f32", ty.name()));
             let rows = rs[0];
@@ -76,7 +79,7 @@ fn every_type_every_kernel() {
                         reference[tk * rows + r] = w.iter().zip(xr).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>() as f32;
                     }
                 }
-                close(&got, &reference, 1e-4, &format!("{} x {ntok} tokens (binding {binding:?})", ty.name()));
+                close(&got, &reference, 1e-4, &format!("{} x {ntok} tokens (binding {binding:?}, subgroups {})", ty.name(), gpu.fast.subgroups));
             }
             let ids = [3f32, 0.0, 7.0, 5.0, 3.0];
             let got = pollster::block_on(apply_matrix(&gpu, &m, &ids, ids.len(), true)).unwrap();

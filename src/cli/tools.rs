@@ -260,11 +260,12 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "weights_bytes": l.model.weight_bytes,
                         "dispatches_per_token": dispatches, "submits_per_token": 1, "layers": layers,
                         "baseline_kernels": !l.model.gpu.fast.fused,
+                        "subgroups": l.model.gpu.fast.subgroups,
                         "bandwidth_gb_s": bw.map(|b| b / 1e9),
                     })
                 );
             } else {
-                println!("adapter: {} ({:?})", info.name, info.backend);
+                println!("adapter: {} ({:?}){}", info.name, info.backend, if l.model.gpu.fast.subgroups { ", subgroup matvec" } else { "" });
                 println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");
                 println!("decode step: {dispatches} dispatches ({layers} layers), 1 submit");
                 if let Some(b) = bw {

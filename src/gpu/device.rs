@@ -13,6 +13,11 @@ pub struct GpuOptions {
     /// Only the baseline kernels: no fused ops, no split attention (also with the environment
     /// variable `TILDEOPEN_BASELINE_KERNELS=1`). For testing the fallbacks and for comparison.
     pub baseline: bool,
+    /// The subgroup matvec: `None` picks it where the adapter has subgroups and is not a CPU
+    /// device (on lavapipe it measured 1.4-2.2x slower per decode step than the plain matvec);
+    /// `Some(true)` wherever the adapter has subgroups, `Some(false)` never. The environment
+    /// variable `TILDEOPEN_SUBGROUPS=1` or `0` overrides `None`.
+    pub subgroups: Option<bool>,
 }
 
 /// The optional kernel paths a device uses; each has a baseline fallback that is tested.
@@ -22,13 +27,24 @@ pub struct FastPaths {
     pub fused: bool,
     /// Attention with the query heads of a KV head together, split across long contexts.
     pub split_attention: bool,
+    /// Matrix-vector products with one workgroup per 4 rows, reduced with subgroup operations
+    /// (`matvec_sg.wgsl`), where the adapter has `wgpu::Features::SUBGROUP` (native only: wgpu's
+    /// WebGPU backend does not expose it); see [`GpuOptions::subgroups`].
+    pub subgroups: bool,
 }
 
 impl FastPaths {
-    fn new(baseline: bool) -> Self {
+    fn new(opts: &GpuOptions, has_subgroups: bool, cpu: bool) -> Self {
+        let (mut baseline, mut want) = (opts.baseline, opts.subgroups);
         #[cfg(not(target_arch = "wasm32"))]
-        let baseline = baseline || std::env::var("TILDEOPEN_BASELINE_KERNELS").is_ok_and(|v| v == "1");
-        FastPaths { fused: !baseline, split_attention: !baseline }
+        {
+            baseline |= std::env::var("TILDEOPEN_BASELINE_KERNELS").is_ok_and(|v| v == "1");
+            if want.is_none() {
+                want = std::env::var("TILDEOPEN_SUBGROUPS").ok().map(|v| v == "1");
+            }
+        }
+        let subgroups = !baseline && has_subgroups && want.unwrap_or(!cpu);
+        FastPaths { fused: !baseline, split_attention: !baseline, subgroups }
     }
 }
 
@@ -101,10 +117,12 @@ impl Gpu {
                 return Err(Error::Gpu(format!("adapter {} has {name} = {have}, need {want}", info.name)));
             }
         }
+        let fast = FastPaths::new(opts, adapter.features().contains(wgpu::Features::SUBGROUP), info.device_type == wgpu::DeviceType::Cpu);
+        let required_features = if fast.subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tildeopen"),
-                required_features: wgpu::Features::empty(),
+                required_features,
                 required_limits: limits.clone(),
                 experimental_features: wgpu::ExperimentalFeatures::disabled(),
                 memory_hints: wgpu::MemoryHints::Performance,
@@ -137,7 +155,7 @@ impl Gpu {
                 }
             }));
         }
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast: FastPaths::new(opts.baseline) })
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast })
     }
 
     /// An error when the device has been lost (the model must be loaded again).
@@ -266,6 +284,9 @@ impl Gpu {
             .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?
             .to_vec();
         staging.unmap();
+        // A validation error in the work that produced these bytes (a shader that did not
+        // compile, say) makes them garbage: report it instead.
+        self.check_lost()?;
         Ok(data)
     }
 }

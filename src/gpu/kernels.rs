@@ -20,6 +20,8 @@ pub enum Slot {
 pub enum Kernel {
     /// `one`: the pipeline for one-token passes (decode of a single sequence).
     MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool },
+    /// The matvec on devices with subgroups: `wg` threads per 4 rows, reduced with `subgroupAdd`.
+    MatVecSg { ty: GgmlType, acc: bool, wg: u32, one: bool, glu: bool },
     /// `glu`: rows are (gate, up) pairs and the output is silu(gate) * up.
     MatMul { ty: GgmlType, acc: bool, glu: bool },
     Embed { ty: GgmlType },
@@ -53,11 +55,21 @@ pub fn matvec_lanes(cols: u32) -> u32 {
     lanes
 }
 
+/// Threads per workgroup (per 4 rows) for the subgroup matvec: one or two 32-element blocks
+/// each for most rows, 32 to 128.
+pub fn matvec_sg_threads(cols: u32) -> u32 {
+    match cols / 32 {
+        0..128 => 32,
+        128..512 => 64,
+        _ => 128,
+    }
+}
+
 impl Kernel {
     pub fn slots(self) -> &'static [Slot] {
         use Slot::*;
         match self {
-            Kernel::MatVec { .. } | Kernel::MatMul { .. } | Kernel::Embed { .. } | Kernel::RmsNorm => {
+            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } | Kernel::Embed { .. } | Kernel::RmsNorm => {
                 &[Ro, Ro, Rw, Uniform, Uniform]
             }
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
@@ -74,6 +86,7 @@ impl Kernel {
     pub fn name(self) -> &'static str {
         match self {
             Kernel::MatVec { .. } => "matvec",
+            Kernel::MatVecSg { .. } => "matvec_sg",
             Kernel::MatMul { .. } => "matmul",
             Kernel::Embed { .. } => "embed",
             Kernel::RmsNorm => "rmsnorm",
@@ -101,6 +114,7 @@ impl Kernel {
         };
         let (prelude, body) = match self {
             Kernel::MatVec { ty, .. } => (weights(ty), include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatVecSg { ty, .. } => (weights(ty), include_str!("../../shaders/matvec_sg.wgsl")),
             Kernel::MatMul { ty, .. } => (weights(ty), include_str!("../../shaders/matmul.wgsl")),
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
@@ -121,6 +135,13 @@ impl Kernel {
         match self {
             Kernel::MatVec { acc, lanes, one, glu, .. } => {
                 let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64), ("GLU", glu as u8 as f64)];
+                if one {
+                    c.push(("NT", 1.0));
+                }
+                c
+            }
+            Kernel::MatVecSg { acc, wg, one, glu, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("WG", wg as f64), ("GLU", glu as u8 as f64)];
                 if one {
                     c.push(("NT", 1.0));
                 }

@@ -6,7 +6,7 @@
 
 use crate::model::config::{rope_table, ModelConfig};
 use crate::error::{Error, Result};
-use crate::gpu::kernels::{matvec_lanes, Kernel, MATVEC_MAX_T};
+use crate::gpu::kernels::{matvec_lanes, matvec_sg_threads, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;
 use crate::model::{FfnIn, GpuMatrix, Layer, Model};
 use std::cell::RefCell;
@@ -33,8 +33,8 @@ impl Default for SessionOptions {
 
 #[derive(Clone, Copy)]
 enum Dispatch {
-    /// Matrix with `n` rows: matvec (`lanes` threads a row) for a few tokens, tiled matmul for more.
-    Mat { n: u32, lanes: u32 },
+    /// Matrix with `n` rows: matvec (`rows` rows a workgroup) for a few tokens, tiled matmul for more.
+    Mat { n: u32, rows: u32 },
     Embed { k: u32 },
     PerToken,
     Threads { per_token: u32 },
@@ -94,8 +94,8 @@ impl Op {
 
     fn pipeline_2d(&self, t: u32) -> (&wgpu::ComputePipeline, (u32, u32)) {
         match self.dispatch {
-            Dispatch::Mat { n, lanes } if t <= MATVEC_MAX_T => {
-                (&self.matvec.as_ref().unwrap()[(t > 1) as usize], split(n.div_ceil(256 / lanes * 4)))
+            Dispatch::Mat { n, rows } if t <= MATVEC_MAX_T => {
+                (&self.matvec.as_ref().unwrap()[(t > 1) as usize], split(n.div_ceil(rows)))
             }
             Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
             Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
@@ -154,14 +154,19 @@ impl<'g> Builder<'g> {
         for ch in &m.chunks {
             let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
             let mm = Kernel::MatMul { ty: m.ty, acc, glu };
-            let lanes = matvec_lanes(m.cols);
-            let mv = |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one, glu });
+            let (mv, rows): (Box<dyn Fn(bool) -> wgpu::ComputePipeline>, u32) = if self.gpu.fast.subgroups {
+                let wg = matvec_sg_threads(m.cols);
+                (Box::new(move |one| ks.pipeline(Kernel::MatVecSg { ty: m.ty, acc, wg, one, glu })), 4)
+            } else {
+                let lanes = matvec_lanes(m.cols);
+                (Box::new(move |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one, glu })), 256 / lanes * 4)
+            };
             out.push(Op {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
                 matvec: Some([mv(true), mv(false)]),
                 bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
-                dispatch: Dispatch::Mat { n: ch.rows, lanes },
+                dispatch: Dispatch::Mat { n: ch.rows, rows },
             });
         }
     }

@@ -1,0 +1,113 @@
+// y[t, n] (+)= dot(W[n, :], x[t, :]) for a few tokens, on devices with subgroups (the
+// `subgroups` fast path; matvec.wgsl is the fallback). One workgroup of WG threads per NR = 4
+// rows: the threads take the rows' 32-element blocks in turn (adjacent threads read adjacent
+// blocks), load each block's slice of x once per token and apply it to the four rows. Then per
+// token: subgroupAdd sums the partials of each subgroup, one invocation per subgroup stores them
+// in workgroup memory, and thread b adds the subgroups' sums for token b. Every thread works on
+// the same rows, so which invocations form a subgroup (WGSL does not say) does not matter; each
+// subgroup takes a slot in workgroup memory with an atomic counter.
+// NT (1 for one-token passes, MAX_T else) bounds the token loops by a constant so `acc` stays in
+// registers. Prepended: bytes.wgsl and the weight type's dot32 (same interface as matvec.wgsl).
+
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> p: MatParams;
+@group(0) @binding(4) var<uniform> step: Step;
+
+override ACCUMULATE: bool = false;
+// Rows come in (gate, up) pairs (row 2i gate i, row 2i + 1 up i): Y[i] = silu(gate) * up.
+override GLU: bool = false;
+override WG: u32 = 64u;
+const NR: u32 = 4u;
+const MAX_T: u32 = 8u;
+override NT: u32 = MAX_T;
+// [subgroup][token]: at most WG / 4 subgroups (4 is the smallest subgroup size WGSL allows).
+var<workgroup> red: array<vec4<f32>, 512>;
+var<workgroup> subgroups: atomic<u32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row0 = (wid.y * nwg.x + wid.x) * NR;
+    let kq = p.k / 4u;
+    if (lid == 0u) {
+        atomicStore(&subgroups, 0u);
+    }
+    workgroupBarrier();
+    // One invocation per subgroup (the lowest active one) takes the subgroup's slot.
+    let leader = subgroupBroadcastFirst(lid) == lid;
+    var s = 0u;
+    if (leader) {
+        s = atomicAdd(&subgroups, 1u);
+    }
+    let slot = subgroupBroadcastFirst(s);
+    workgroupBarrier();
+    let count = atomicLoad(&subgroups);
+    // Rows past the end read row 0 again (always present) and are never written.
+    let rb0 = row0 * p.row_bytes;
+    let rb1 = select(0u, rb0 + p.row_bytes, row0 + 1u < p.n);
+    let rb2 = select(0u, rb0 + 2u * p.row_bytes, row0 + 2u < p.n);
+    let rb3 = select(0u, rb0 + 3u * p.row_bytes, row0 + 3u < p.n);
+    for (var t0 = 0u; t0 < step.t; t0 += NT) {
+        let nt = min(step.t - t0, NT);
+        var acc: array<vec4<f32>, MAX_T>;
+        for (var b = 0u; b < NT; b++) {
+            acc[b] = vec4<f32>(0.0);
+        }
+        if (row0 < p.n) {
+            var xv: array<vec4<f32>, 8>;
+            for (var u = lid; u < p.k / 32u; u += WG) {
+                let e = u * 32u;
+                for (var b = 0u; b < NT; b++) {
+                    if (b >= nt) {
+                        break;
+                    }
+                    let xo = (t0 + b) * kq + u * 8u;
+                    xv[0] = X[xo];
+                    xv[1] = X[xo + 1u];
+                    xv[2] = X[xo + 2u];
+                    xv[3] = X[xo + 3u];
+                    xv[4] = X[xo + 4u];
+                    xv[5] = X[xo + 5u];
+                    xv[6] = X[xo + 6u];
+                    xv[7] = X[xo + 7u];
+                    acc[b] += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
+                }
+            }
+        }
+        for (var b = 0u; b < NT; b++) {
+            if (b >= nt) {
+                break;
+            }
+            let v = subgroupAdd(acc[b]);
+            if (leader) {
+                red[slot * MAX_T + b] = v;
+            }
+        }
+        workgroupBarrier();
+        if (lid < nt && row0 < p.n) {
+            var total = vec4<f32>(0.0);
+            for (var i = 0u; i < count; i++) {
+                total += red[i * MAX_T + lid];
+            }
+            let ob = (t0 + lid) * p.out_stride + p.out_off;
+            for (var r = 0u; r < NR; r++) {
+                let row = row0 + r;
+                if (row < p.n) {
+                    if (GLU) {
+                        if ((r & 1u) == 0u) {
+                            let g = total[r];
+                            Y[(t0 + lid) * p.out_stride + (p.out_off + row) / 2u] = g / (1.0 + exp(-g)) * total[r + 1u];
+                        }
+                    } else if (ACCUMULATE) {
+                        Y[ob + row] += total[r];
+                    } else {
+                        Y[ob + row] = total[r];
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
