@@ -24,10 +24,7 @@ fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_in
     let n0 = wid.x * 64u;
     let t0 = wid.y * 64u;
     // acc[2j + h]: token 8*l.y + j, rows 8*l.x + 4h .. + 3.
-    var acc: array<vec4<f32>, 16>;
-    for (var i = 0u; i < 16u; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    var acc: array<vec4<f32>, 16>; // zero-initialised
     let kq = p.k >> 2u;
     // This thread stages tile rows (and tokens) 4s .. 4s + 3 at columns 8c .. 8c + 7 of each
     // K step: four dequant8 calls, then a 4x4 transpose in registers so every workgroup-memory
@@ -72,35 +69,67 @@ fn main(@builtin(local_invocation_id) l: vec3<u32>, @builtin(local_invocation_in
             let w1 = ws[kk * 16u + 2u * l.x + 1u];
             let x0 = xs[kk * 16u + 2u * l.y];
             let x1 = xs[kk * 16u + 2u * l.y + 1u];
-            for (var j = 0u; j < 4u; j++) {
-                acc[2u * j] = fma(w0, vec4<f32>(x0[j]), acc[2u * j]);
-                acc[2u * j + 1u] = fma(w1, vec4<f32>(x0[j]), acc[2u * j + 1u]);
-                acc[8u + 2u * j] = fma(w0, vec4<f32>(x1[j]), acc[8u + 2u * j]);
-                acc[8u + 2u * j + 1u] = fma(w1, vec4<f32>(x1[j]), acc[8u + 2u * j + 1u]);
-            }
+            acc[0] = fma(w0, vec4<f32>(x0.x), acc[0]);
+            acc[1] = fma(w1, vec4<f32>(x0.x), acc[1]);
+            acc[8] = fma(w0, vec4<f32>(x1.x), acc[8]);
+            acc[9] = fma(w1, vec4<f32>(x1.x), acc[9]);
+            acc[2] = fma(w0, vec4<f32>(x0.y), acc[2]);
+            acc[3] = fma(w1, vec4<f32>(x0.y), acc[3]);
+            acc[10] = fma(w0, vec4<f32>(x1.y), acc[10]);
+            acc[11] = fma(w1, vec4<f32>(x1.y), acc[11]);
+            acc[4] = fma(w0, vec4<f32>(x0.z), acc[4]);
+            acc[5] = fma(w1, vec4<f32>(x0.z), acc[5]);
+            acc[12] = fma(w0, vec4<f32>(x1.z), acc[12]);
+            acc[13] = fma(w1, vec4<f32>(x1.z), acc[13]);
+            acc[6] = fma(w0, vec4<f32>(x0.w), acc[6]);
+            acc[7] = fma(w1, vec4<f32>(x0.w), acc[7]);
+            acc[14] = fma(w0, vec4<f32>(x1.w), acc[14]);
+            acc[15] = fma(w1, vec4<f32>(x1.w), acc[15]);
         }
         workgroupBarrier();
     }
-    for (var j = 0u; j < 8u; j++) {
-        let t = t0 + 8u * l.y + j;
-        if (t < step.t) {
-            for (var i = 0u; i < 8u; i++) {
-                let n = n0 + 8u * l.x + i;
-                if (GLU) {
-                    if (n < p.n && (i & 1u) == 0u) {
-                        let v = acc[2u * j + i / 4u][i % 4u];
-                        let up = acc[2u * j + (i + 1u) / 4u][(i + 1u) % 4u];
-                        Y[t * p.out_stride + (p.out_off + n) / 2u] = v / (1.0 + exp(-v)) * up;
-                    }
-                } else if (n < p.n) {
-                    let o = t * p.out_stride + p.out_off + n;
-                    let v = acc[2u * j + i / 4u][i % 4u];
-                    if (ACCUMULATE) {
-                        Y[o] += v;
-                    } else {
-                        Y[o] = v;
-                    }
-                }
+    // One call per token with constant accumulator indices, so the accumulators stay in
+    // registers: a runtime index into `acc` would put the whole array in memory.
+    let tb = t0 + 8u * l.y;
+    let nb = n0 + 8u * l.x;
+    store8(tb, nb, acc[0], acc[1]);
+    store8(tb + 1u, nb, acc[2], acc[3]);
+    store8(tb + 2u, nb, acc[4], acc[5]);
+    store8(tb + 3u, nb, acc[6], acc[7]);
+    store8(tb + 4u, nb, acc[8], acc[9]);
+    store8(tb + 5u, nb, acc[10], acc[11]);
+    store8(tb + 6u, nb, acc[12], acc[13]);
+    store8(tb + 7u, nb, acc[14], acc[15]);
+}
+
+// Token t, rows n .. n + 7 (a: n .. n + 3, b: n + 4 .. n + 7).
+fn store8(t: u32, n: u32, a: vec4<f32>, b: vec4<f32>) {
+    if (t >= step.t) {
+        return;
+    }
+    store4(t, n, a);
+    store4(t, n + 4u, b);
+}
+
+fn store4(t: u32, n: u32, v: vec4<f32>) {
+    if (GLU) {
+        // (gate, up) pairs: v.x, v.y and v.z, v.w.
+        let o = t * p.out_stride + (p.out_off + n) / 2u;
+        if (n < p.n) {
+            Y[o] = v.x / (1.0 + exp(-v.x)) * v.y;
+        }
+        if (n + 2u < p.n) {
+            Y[o + 1u] = v.z / (1.0 + exp(-v.z)) * v.w;
+        }
+        return;
+    }
+    let o = t * p.out_stride + p.out_off + n;
+    for (var i = 0u; i < 4u; i++) {
+        if (n + i < p.n) {
+            if (ACCUMULATE) {
+                Y[o + i] += v[i];
+            } else {
+                Y[o + i] = v[i];
             }
         }
     }
