@@ -15,4 +15,7 @@ struct MatParams {
     row_bytes: u32,  // bytes per row in the weight's block layout
     out_off: u32,    // first output row of this chunk (embedding: first vocabulary row)
     out_stride: u32, // output row stride (all rows of the full matrix)
+    split1: u32,     // fused Q/K/V: first row written to Y2 (else past the last row)
+    split2: u32,     // fused Q/K/V: first row written to Y3 (else past the last row)
+    stride2: u32,    // row stride of Y2 and Y3
 }

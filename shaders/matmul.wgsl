@@ -112,25 +112,20 @@ fn store8(t: u32, n: u32, a: vec4<f32>, b: vec4<f32>) {
 }
 
 fn store4(t: u32, n: u32, v: vec4<f32>) {
+    let r = p.out_off + n;
     if (GLU) {
         // (gate, up) pairs: v.x, v.y and v.z, v.w.
-        let o = t * p.out_stride + (p.out_off + n) / 2u;
         if (n < p.n) {
-            Y[o] = v.x / (1.0 + exp(-v.x)) * v.y;
+            put_glu(t, r, v.x, v.y);
         }
         if (n + 2u < p.n) {
-            Y[o + 1u] = v.z / (1.0 + exp(-v.z)) * v.w;
+            put_glu(t, r + 2u, v.z, v.w);
         }
         return;
     }
-    let o = t * p.out_stride + p.out_off + n;
     for (var i = 0u; i < 4u; i++) {
         if (n + i < p.n) {
-            if (ACCUMULATE) {
-                Y[o + i] += v[i];
-            } else {
-                Y[o + i] = v[i];
-            }
+            put(t, r + i, v[i]);
         }
     }
 }

@@ -90,15 +90,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                         for (var i = 0u; i < LANES; i++) {
                             up += red[base + 256u + i];
                         }
-                        Y[(t0 + b) * p.out_stride + (p.out_off + row) / 2u] = total / (1.0 + exp(-total)) * up;
+                        put_glu(t0 + b, p.out_off + row, total, up);
                     }
                 } else {
-                    let o = (t0 + b) * p.out_stride + p.out_off + row;
-                    if (ACCUMULATE) {
-                        Y[o] += total;
-                    } else {
-                        Y[o] = total;
-                    }
+                    put(t0 + b, p.out_off + row, total);
                 }
             }
             workgroupBarrier();

@@ -91,19 +91,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             for (var i = 0u; i < count; i++) {
                 total += red[i * MAX_T + lid];
             }
-            let ob = (t0 + lid) * p.out_stride + p.out_off;
             for (var r = 0u; r < NR; r++) {
                 let row = row0 + r;
                 if (row < p.n) {
                     if (GLU) {
                         if ((r & 1u) == 0u) {
-                            let g = total[r];
-                            Y[(t0 + lid) * p.out_stride + (p.out_off + row) / 2u] = g / (1.0 + exp(-g)) * total[r + 1u];
+                            put_glu(t0 + lid, p.out_off + row, total[r], total[r + 1u]);
                         }
-                    } else if (ACCUMULATE) {
-                        Y[ob + row] += total[r];
                     } else {
-                        Y[ob + row] = total[r];
+                        put(t0 + lid, p.out_off + row, total[r]);
                     }
                 }
             }

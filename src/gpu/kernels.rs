@@ -69,9 +69,9 @@ impl Kernel {
     pub fn slots(self) -> &'static [Slot] {
         use Slot::*;
         match self {
-            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } | Kernel::Embed { .. } | Kernel::RmsNorm => {
-                &[Ro, Ro, Rw, Uniform, Uniform]
-            }
+            // W, X, Y, params, step, then Y2 and Y3 (mat_out.wgsl).
+            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } => &[Ro, Ro, Rw, Uniform, Uniform, Rw, Rw],
+            Kernel::Embed { .. } | Kernel::RmsNorm => &[Ro, Ro, Rw, Uniform, Uniform],
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
             Kernel::RopeKv { .. } => &[Ro, Rw, Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
@@ -112,10 +112,12 @@ impl Kernel {
             let dot = if ty.block_elems() == 1 { DOT32_GENERIC } else { "" };
             format!("{BYTES}\n{ks}\n{}\n{dot}", ty.wgsl())
         };
+        const MAT_OUT: &str = include_str!("../../shaders/mat_out.wgsl");
+        let matrix = |ty: GgmlType| format!("{}\n{MAT_OUT}", weights(ty));
         let (prelude, body) = match self {
-            Kernel::MatVec { ty, .. } => (weights(ty), include_str!("../../shaders/matvec.wgsl")),
-            Kernel::MatVecSg { ty, .. } => (weights(ty), include_str!("../../shaders/matvec_sg.wgsl")),
-            Kernel::MatMul { ty, .. } => (weights(ty), include_str!("../../shaders/matmul.wgsl")),
+            Kernel::MatVec { ty, .. } => (matrix(ty), include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatVecSg { ty, .. } => (matrix(ty), include_str!("../../shaders/matvec_sg.wgsl")),
+            Kernel::MatMul { ty, .. } => (matrix(ty), include_str!("../../shaders/matmul.wgsl")),
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),

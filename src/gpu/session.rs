@@ -132,7 +132,7 @@ impl<'g> Builder<'g> {
     /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
     fn embed(&self, out: &mut Vec<Op>, m: &GpuMatrix, tokens: &wgpu::Buffer, x: &wgpu::Buffer, step: &wgpu::Buffer) {
         for ch in &m.chunks {
-            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols]));
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols, u32::MAX, u32::MAX, 0]));
             out.push(self.op(Kernel::Embed { ty: m.ty }, &[&ch.buf, tokens, x, &p, step], Dispatch::Embed { k: m.cols }));
         }
     }
@@ -140,19 +140,32 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, y, acc, false, stride, step)
+        self.mat_kind(out, m, x, [y, y, y], acc, false, [stride, u32::MAX, u32::MAX, 0], step)
     }
 
     /// `y = silu(gate x) * (up x)` for a matrix whose rows are (gate, up) pairs.
     fn mat_glu(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, y, false, true, stride, step)
+        self.mat_kind(out, m, x, [y, y, y], false, true, [stride, u32::MAX, u32::MAX, 0], step)
     }
 
+    /// `ys = m x` for a matrix holding up to three projections' rows one after another: rows
+    /// below `split1` go to `ys[0]` (row stride `stride`), below `split2` to `ys[1]`, the rest
+    /// to `ys[2]` (row stride `stride2`); `out = [stride, split1, split2, stride2]`.
     #[allow(clippy::too_many_arguments)]
-    fn mat_kind(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, glu: bool, stride: u32, step: &wgpu::Buffer) {
+    fn mat_kind(
+        &self,
+        out: &mut Vec<Op>,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        ys: [&wgpu::Buffer; 3],
+        acc: bool,
+        glu: bool,
+        [stride, split1, split2, stride2]: [u32; 4],
+        step: &wgpu::Buffer,
+    ) {
         let ks = &self.gpu.kernels;
         for ch in &m.chunks {
-            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride]));
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride, split1, split2, stride2]));
             let mm = Kernel::MatMul { ty: m.ty, acc, glu };
             let (mv, rows): (Box<dyn Fn(bool) -> wgpu::ComputePipeline>, u32) = if self.gpu.fast.subgroups {
                 let wg = matvec_sg_threads(m.cols);
@@ -165,7 +178,7 @@ impl<'g> Builder<'g> {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
                 matvec: Some([mv(true), mv(false)]),
-                bind: ks.bind(mm, &[&ch.buf, x, y, &p, step]),
+                bind: ks.bind(mm, &[&ch.buf, x, ys[0], &p, step, ys[1], ys[2]]),
                 dispatch: Dispatch::Mat { n: ch.rows, rows },
             });
         }
@@ -487,9 +500,15 @@ impl Builder<'_> {
         let half = c.head_dim as u32 / 2;
         let st = &b.step;
         ops.push(self.op(Kernel::RmsNorm, &[&l.attn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
-        self.mat(ops, &l.wq, &b.xb, &b.q, false, qd, st);
-        self.mat(ops, &l.wk, &b.xb, &b.k, false, kvd, st);
-        self.mat(ops, &l.wv, &b.xb, &b.v, false, kvd, st);
+        // q, k, v = Wq xb, Wk xb, Wv xb: one dispatch per run of same-typed matrices.
+        let (outs, widths) = ([&b.q, &b.k, &b.v], [qd, kvd, kvd]);
+        for part in &l.qkv {
+            let (f, n) = (part.first, part.count);
+            let ys = [outs[f], outs[(f + 1).min(f + n - 1)], outs[f + n - 1]];
+            let split1 = if n > 1 { widths[f] } else { u32::MAX };
+            let split2 = if n > 2 { widths[f] + widths[f + 1] } else { u32::MAX };
+            self.mat_kind(ops, &part.m, &b.xb, ys, false, false, [widths[f], split1, split2, kvd], st);
+        }
         if half % 2 == 0 && self.gpu.fast.fused {
             // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
             let per_token = c.num_heads as u32 * half + c.num_kv_heads as u32 * half / 2 + kvd / 2;

@@ -70,13 +70,23 @@ pub enum FfnIn {
     Split { gate: GpuMatrix, up: GpuMatrix },
 }
 
+/// A run of the attention's input projections (Q, K, V, in that order) sharing one matrix:
+/// consecutive projections of the same type have their rows concatenated, so one kernel reads
+/// the normed input once for all of them and writes each row range to its own buffer.
+#[derive(Clone)]
+pub struct QkvPart {
+    pub m: GpuMatrix,
+    /// The projections it holds, `first .. first + count` (0 = Q, 1 = K, 2 = V).
+    pub first: usize,
+    pub count: usize,
+}
+
 /// One transformer block.
 #[derive(Clone)]
 pub struct Layer {
     pub attn_norm: wgpu::Buffer,
-    pub wq: GpuMatrix,
-    pub wk: GpuMatrix,
-    pub wv: GpuMatrix,
+    /// Q, K and V: one part when all three have the same type, else two or three.
+    pub qkv: Vec<QkvPart>,
     pub wo: GpuMatrix,
     pub ffn_norm: wgpu::Buffer,
     /// The FFN's gate and up projections.
@@ -125,6 +135,40 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
         let m = GpuMatrix::upload(self.gpu, name, &t)?;
         self.count(t.data.len() as u64, 1);
         Ok(m)
+    }
+
+    /// The Q, K and V matrices (`rows` each, `cols` columns), consecutive ones of the same type
+    /// concatenated into one (with fused kernels).
+    async fn qkv(&mut self, src: &mut impl TensorSource, names: [String; 3], rows: [usize; 3], cols: usize) -> Result<Vec<QkvPart>> {
+        let mut ts = Vec::with_capacity(3);
+        for (name, &r) in names.iter().zip(&rows) {
+            let t = src.tensor(name, r, cols).await?;
+            let rb = t.ty.row_bytes(cols)?;
+            if t.data.len() != rb * r {
+                return Err(Error::Shape(format!("{name}: {} bytes for {r}x{cols} {}", t.data.len(), t.ty.name())));
+            }
+            // Owned, so the source can be asked for the next tensor.
+            ts.push(HostTensor { ty: t.ty, rows: t.rows, cols: t.cols, data: std::borrow::Cow::Owned(t.data.into_owned()) });
+        }
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < 3 {
+            let mut j = i + 1;
+            while j < 3 && self.gpu.fast.fused && ts[j].ty == ts[i].ty {
+                j += 1;
+            }
+            let m = if j == i + 1 {
+                GpuMatrix::upload(self.gpu, &names[i], &ts[i])?
+            } else {
+                let data: Vec<u8> = ts[i..j].iter().flat_map(|t| t.data.iter().copied()).collect();
+                let t = HostTensor { ty: ts[i].ty, rows: ts[i..j].iter().map(|t| t.rows).sum(), cols, data: data.into() };
+                GpuMatrix::upload(self.gpu, &names[i], &t)?
+            };
+            parts.push(QkvPart { m, first: i, count: j - i });
+            i = j;
+        }
+        self.count(ts.iter().map(|t| t.data.len() as u64).sum(), 3);
+        Ok(parts)
     }
 
     /// The gate and up matrices, interleaved into one when their types match.
@@ -184,9 +228,7 @@ impl Model {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             layers.push(Layer {
                 attn_norm: up.vec(src, &n("attn_norm"), h).await?,
-                wq: up.mat(src, &n("attn_q"), q, h).await?,
-                wk: up.mat(src, &n("attn_k"), kv, h).await?,
-                wv: up.mat(src, &n("attn_v"), kv, h).await?,
+                qkv: up.qkv(src, [n("attn_q"), n("attn_k"), n("attn_v")], [q, kv, kv], h).await?,
                 wo: up.mat(src, &n("attn_output"), h, q).await?,
                 ffn_norm: up.vec(src, &n("ffn_norm"), h).await?,
                 ffn_in: up.gate_up(src, &n("ffn_gate"), &n("ffn_up"), f, h).await?,
