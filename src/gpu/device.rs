@@ -63,6 +63,9 @@ pub struct Gpu {
     /// Set (with the reason) when the device is lost; every later GPU call fails.
     pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     pub fast: FastPaths,
+    /// Two small storage buffers bound to a matrix kernel's unused output slots (Y2, Y3): WebGPU
+    /// rejects a dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
+    pub spare: [wgpu::Buffer; 2],
 }
 
 /// The largest buffer the engine binds: the device's binding and buffer limits, the caller's cap,
@@ -144,8 +147,8 @@ impl Gpu {
             }
         });
         // A validation or internal error outside an error scope (wgpu's default handler
-        // panics): recorded like a lost device, so the next GPU call fails with an error.
-        #[cfg(not(target_arch = "wasm32"))]
+        // panics natively and only logs in a browser): recorded like a lost device, so the next
+        // GPU call fails with an error instead of returning whatever the skipped dispatch left.
         {
             let l = lost.clone();
             device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
@@ -155,7 +158,15 @@ impl Gpu {
                 }
             }));
         }
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast })
+        let spare = [0, 1].map(|i| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(&format!("spare output {i}")),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        });
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast, spare })
     }
 
     /// An error when the device has been lost (the model must be loaded again).

@@ -140,12 +140,12 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, [y, y, y], acc, false, [stride, u32::MAX, u32::MAX, 0], step)
+        self.mat_kind(out, m, x, [y, &self.gpu.spare[0], &self.gpu.spare[1]], acc, false, [stride, u32::MAX, u32::MAX, 0], step)
     }
 
     /// `y = silu(gate x) * (up x)` for a matrix whose rows are (gate, up) pairs.
     fn mat_glu(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, [y, y, y], false, true, [stride, u32::MAX, u32::MAX, 0], step)
+        self.mat_kind(out, m, x, [y, &self.gpu.spare[0], &self.gpu.spare[1]], false, true, [stride, u32::MAX, u32::MAX, 0], step)
     }
 
     /// `ys = m x` for a matrix holding up to three projections' rows one after another: rows
@@ -504,7 +504,9 @@ impl Builder<'_> {
         let (outs, widths) = ([&b.q, &b.k, &b.v], [qd, kvd, kvd]);
         for part in &l.qkv {
             let (f, n) = (part.first, part.count);
-            let ys = [outs[f], outs[(f + 1).min(f + n - 1)], outs[f + n - 1]];
+            // Unused slots get the spare buffers: no two writable bindings may share a buffer.
+            let spare = &self.gpu.spare;
+            let ys = [outs[f], if n > 1 { outs[f + 1] } else { &spare[0] }, if n > 2 { outs[f + 2] } else { &spare[1] }];
             let split1 = if n > 1 { widths[f] } else { u32::MAX };
             let split2 = if n > 2 { widths[f] + widths[f + 1] } else { u32::MAX };
             self.mat_kind(ops, &part.m, &b.xb, ys, false, false, [widths[f], split1, split2, kvd], st);
