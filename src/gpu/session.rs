@@ -140,29 +140,26 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, [y, &self.gpu.spare[0], &self.gpu.spare[1]], acc, false, [stride, u32::MAX, u32::MAX, 0], step)
+        self.mat_kind(out, m, x, &[(y, stride)], acc, false, step)
     }
 
     /// `y = silu(gate x) * (up x)` for a matrix whose rows are (gate, up) pairs.
     fn mat_glu(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, [y, &self.gpu.spare[0], &self.gpu.spare[1]], false, true, [stride, u32::MAX, u32::MAX, 0], step)
+        self.mat_kind(out, m, x, &[(y, stride)], false, true, step)
     }
 
-    /// `ys = m x` for a matrix holding up to three projections' rows one after another: rows
-    /// below `split1` go to `ys[0]` (row stride `stride`), below `split2` to `ys[1]`, the rest
-    /// to `ys[2]` (row stride `stride2`); `out = [stride, split1, split2, stride2]`.
+    /// `ys = m x` for a matrix holding up to three projections' rows one after another, each
+    /// `(buffer, row stride)`. With several outputs, each holds as many rows as its stride (the
+    /// kernel sends rows below the first stride to the first buffer, and so on), and the second
+    /// and third share one stride. Unused output slots bind `Gpu::spare`: WebGPU rejects a
+    /// dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
     #[allow(clippy::too_many_arguments)]
-    fn mat_kind(
-        &self,
-        out: &mut Vec<Op>,
-        m: &GpuMatrix,
-        x: &wgpu::Buffer,
-        ys: [&wgpu::Buffer; 3],
-        acc: bool,
-        glu: bool,
-        [stride, split1, split2, stride2]: [u32; 4],
-        step: &wgpu::Buffer,
-    ) {
+    fn mat_kind(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, ys: &[(&wgpu::Buffer, u32)], acc: bool, glu: bool, step: &wgpu::Buffer) {
+        debug_assert!((1..=3).contains(&ys.len()) && (ys.len() < 3 || ys[1].1 == ys[2].1), "one to three outputs, the last two with one stride");
+        let slot = |i: usize| ys.get(i).map_or(&self.gpu.spare[i - 1], |y| y.0);
+        let split = |i: usize| if ys.len() > i { ys[..i].iter().map(|y| y.1).sum() } else { u32::MAX };
+        let (stride, stride2) = (ys[0].1, ys.get(1).map_or(0, |y| y.1));
+        let (split1, split2) = (split(1), split(2));
         let ks = &self.gpu.kernels;
         for ch in &m.chunks {
             let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride, split1, split2, stride2]));
@@ -178,7 +175,7 @@ impl<'g> Builder<'g> {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
                 matvec: Some([mv(true), mv(false)]),
-                bind: ks.bind(mm, &[&ch.buf, x, ys[0], &p, step, ys[1], ys[2]]),
+                bind: ks.bind(mm, &[&ch.buf, x, ys[0].0, &p, step, slot(1), slot(2)]),
                 dispatch: Dispatch::Mat { n: ch.rows, rows },
             });
         }
@@ -501,15 +498,9 @@ impl Builder<'_> {
         let st = &b.step;
         ops.push(self.op(Kernel::RmsNorm, &[&l.attn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
         // q, k, v = Wq xb, Wk xb, Wv xb: one dispatch per run of same-typed matrices.
-        let (outs, widths) = ([&b.q, &b.k, &b.v], [qd, kvd, kvd]);
+        let outs = [(&b.q, qd), (&b.k, kvd), (&b.v, kvd)];
         for part in &l.qkv {
-            let (f, n) = (part.first, part.count);
-            // Unused slots get the spare buffers: no two writable bindings may share a buffer.
-            let spare = &self.gpu.spare;
-            let ys = [outs[f], if n > 1 { outs[f + 1] } else { &spare[0] }, if n > 2 { outs[f + 2] } else { &spare[1] }];
-            let split1 = if n > 1 { widths[f] } else { u32::MAX };
-            let split2 = if n > 2 { widths[f] + widths[f + 1] } else { u32::MAX };
-            self.mat_kind(ops, &part.m, &b.xb, ys, false, false, [widths[f], split1, split2, kvd], st);
+            self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, st);
         }
         if half % 2 == 0 && self.gpu.fast.fused {
             // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
