@@ -18,4 +18,8 @@ struct MatParams {
     split1: u32,     // fused Q/K/V: first row written to Y2 (else past the last row)
     split2: u32,     // fused Q/K/V: first row written to Y3 (else past the last row)
     stride2: u32,    // row stride of Y2 and Y3
+    eps: f32,        // matvec with NORM: the RMSNorm epsilon
+    _p0: u32,
+    _p1: u32,
+    _p2: u32,
 }

@@ -2,7 +2,8 @@
 // A fused Q/K/V matrix holds the three projections' rows one after another and writes the
 // three row ranges to three buffers: rows below p.split1 go to Y (row stride p.out_stride),
 // rows below p.split2 to Y2, the rest to Y3 (both with row stride p.stride2). Other matrices
-// set both splits past their last row, and bind Y again as Y2 and Y3 (never written then).
+// set both splits past their last row and bind two spare buffers as Y2 and Y3 (never written
+// then: WebGPU rejects a dispatch whose writable bindings overlap).
 @group(0) @binding(5) var<storage, read_write> Y2: array<f32>;
 @group(0) @binding(6) var<storage, read_write> Y3: array<f32>;
 

@@ -9,7 +9,8 @@
 // tiles would be mostly idle below that. NT (an override: 1 for one-token passes, MAX_T else)
 // bounds every token loop by a constant, so compilers unroll them and keep `acc` in registers
 // (a runtime-indexed array lives in memory).
-// Prepended: bytes.wgsl and the weight type's dot32.
+// With NORM the kernel also applies the RMSNorm that feeds the matrix (mat_norm.wgsl).
+// Prepended: bytes.wgsl, the weight type's dot32, mat_out.wgsl and mat_norm.wgsl.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
@@ -24,7 +25,7 @@ override LANES: u32 = 32u;
 const NR: u32 = 4u;
 const MAX_T: u32 = 8u;
 override NT: u32 = MAX_T;
-var<workgroup> red: array<f32, 1024>; // [NR][256]
+var<workgroup> red: array<f32, 1280>; // [NR + 1][256]: rows, then the norm's sums of squares
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
@@ -39,8 +40,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         let nt = min(step.t - t0, NT);
         // Rows past the end read row 0 again (always present) and are never written.
         var acc: array<vec4<f32>, MAX_T>;
+        var ss: array<f32, MAX_T>;
         for (var b = 0u; b < NT; b++) {
             acc[b] = vec4<f32>(0.0);
+            ss[b] = 0.0;
         }
         if (row0 < p.n) {
             let rb0 = row0 * p.row_bytes;
@@ -54,15 +57,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                     if (b >= nt) {
                         break;
                     }
-                    let xo = (t0 + b) * kq + u * 8u;
-                    xv[0] = X[xo];
-                    xv[1] = X[xo + 1u];
-                    xv[2] = X[xo + 2u];
-                    xv[3] = X[xo + 3u];
-                    xv[4] = X[xo + 4u];
-                    xv[5] = X[xo + 5u];
-                    xv[6] = X[xo + 6u];
-                    xv[7] = X[xo + 7u];
+                    ss[b] += load_x((t0 + b) * kq + u * 8u, u * 8u, &xv);
                     acc[b] += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
                 }
             }
@@ -77,20 +72,29 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             red[256u + lid] = a.y;
             red[512u + lid] = a.z;
             red[768u + lid] = a.w;
+            if (NORM) {
+                red[1024u + lid] = ss[b];
+            }
             workgroupBarrier();
             if (lane < NR && row < p.n) {
                 let base = lane * 256u + g * LANES;
                 var total = 0.0;
+                var sq = 0.0;
                 for (var i = 0u; i < LANES; i++) {
                     total += red[base + i];
+                    if (NORM) {
+                        sq += red[1024u + g * LANES + i];
+                    }
                 }
+                let r = norm_scale(sq);
+                total *= r;
                 if (GLU) {
                     if ((lane & 1u) == 0u) {
                         var up = 0.0;
                         for (var i = 0u; i < LANES; i++) {
                             up += red[base + 256u + i];
                         }
-                        put_glu(t0 + b, p.out_off + row, total, up);
+                        put_glu(t0 + b, p.out_off + row, total, up * r);
                     }
                 } else {
                     put(t0 + b, p.out_off + row, total);

@@ -7,7 +7,8 @@
 // the same rows, so which invocations form a subgroup (WGSL does not say) does not matter; each
 // subgroup takes a slot in workgroup memory with an atomic counter.
 // NT (1 for one-token passes, MAX_T else) bounds the token loops by a constant so `acc` stays in
-// registers. Prepended: bytes.wgsl and the weight type's dot32 (same interface as matvec.wgsl).
+// registers. With NORM the kernel also applies the RMSNorm that feeds the matrix (mat_norm.wgsl).
+// Prepended: bytes.wgsl, the weight type's dot32, mat_out.wgsl and mat_norm.wgsl (as matvec.wgsl).
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
@@ -24,6 +25,8 @@ const MAX_T: u32 = 8u;
 override NT: u32 = MAX_T;
 // [subgroup][token]: at most WG / 4 subgroups (4 is the smallest subgroup size WGSL allows).
 var<workgroup> red: array<vec4<f32>, 512>;
+// The norm's sums of squares, [subgroup][token].
+var<workgroup> red_ss: array<f32, 512>;
 var<workgroup> subgroups: atomic<u32>;
 
 @compute @workgroup_size(WG)
@@ -52,8 +55,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var t0 = 0u; t0 < step.t; t0 += NT) {
         let nt = min(step.t - t0, NT);
         var acc: array<vec4<f32>, MAX_T>;
+        var ss: array<f32, MAX_T>;
         for (var b = 0u; b < NT; b++) {
             acc[b] = vec4<f32>(0.0);
+            ss[b] = 0.0;
         }
         if (row0 < p.n) {
             var xv: array<vec4<f32>, 8>;
@@ -63,15 +68,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                     if (b >= nt) {
                         break;
                     }
-                    let xo = (t0 + b) * kq + u * 8u;
-                    xv[0] = X[xo];
-                    xv[1] = X[xo + 1u];
-                    xv[2] = X[xo + 2u];
-                    xv[3] = X[xo + 3u];
-                    xv[4] = X[xo + 4u];
-                    xv[5] = X[xo + 5u];
-                    xv[6] = X[xo + 6u];
-                    xv[7] = X[xo + 7u];
+                    ss[b] += load_x((t0 + b) * kq + u * 8u, u * 8u, &xv);
                     acc[b] += vec4<f32>(dot32(rb0, e, &xv), dot32(rb1, e, &xv), dot32(rb2, e, &xv), dot32(rb3, e, &xv));
                 }
             }
@@ -81,16 +78,24 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 break;
             }
             let v = subgroupAdd(acc[b]);
+            var sq = 0.0;
+            if (NORM) {
+                sq = subgroupAdd(ss[b]);
+            }
             if (leader) {
                 red[slot * MAX_T + b] = v;
+                red_ss[slot * MAX_T + b] = sq;
             }
         }
         workgroupBarrier();
         if (lid < nt && row0 < p.n) {
             var total = vec4<f32>(0.0);
+            var sq = 0.0;
             for (var i = 0u; i < count; i++) {
                 total += red[i * MAX_T + lid];
+                sq += red_ss[i * MAX_T + lid];
             }
+            total *= norm_scale(sq);
             for (var r = 0u; r < NR; r++) {
                 let row = row0 + r;
                 if (row < p.n) {

@@ -89,6 +89,15 @@ pub fn gpu_subgroups() -> Gpu {
     g
 }
 
+/// Opens the GPU with the RMSNorm folded into the matvecs (off by default on CPU devices), with
+/// or without the subgroup matvec (both on: what a GPU gets by default).
+pub fn gpu_norm_fold(subgroups: bool) -> Gpu {
+    let opts = GpuOptions { norm_fold: Some(true), subgroups: Some(subgroups), ..Default::default() };
+    let g = pollster::block_on(Gpu::new(&opts)).expect("no usable GPU adapter");
+    assert!(g.fast.norm_fold && g.fast.subgroups == subgroups, "{}: {:?}", g.info.name, g.fast);
+    g
+}
+
 /// Opens the GPU with only the baseline kernels (no fusions, no split attention).
 pub fn gpu_baseline() -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { baseline: true, ..Default::default() })).expect("no usable GPU adapter")

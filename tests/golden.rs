@@ -11,12 +11,13 @@ fn opts(kv_f16: bool) -> SessionOptions {
 
 /// f32 KV cache: max |logit - golden| <= 0.01 everywhere, and greedy tokens identical up to the
 /// first step whose golden margin is < 0.05. Then the same with the binding size forced to 128 KiB
-/// (embedding, lm_head and logits split across buffers), with the subgroup matvec (lavapipe has
-/// subgroups; CPU devices do not use it by default), and with the baseline kernels only.
+/// (embedding, lm_head and logits split across buffers), with the subgroup matvec and the norms
+/// folded into the matvecs (a GPU's defaults; lavapipe has subgroups, and CPU devices use
+/// neither by default), and with the baseline kernels only.
 #[test]
 fn f32_cache_matches_golden_and_greedy() {
     for (binding, baseline, sg) in [(None, false, false), (Some(131072), false, false), (None, false, true), (None, true, false)] {
-        let gpu = if baseline { gpu_baseline() } else if sg { gpu_subgroups() } else { gpu(binding) };
+        let gpu = if baseline { gpu_baseline() } else if sg { gpu_norm_fold(true) } else { gpu(binding) };
         assert_eq!(gpu.fast.fused, !baseline);
         for (name, model_path, golden_path) in cases() {
             let g = golden(&golden_path);
@@ -27,7 +28,7 @@ fn f32_cache_matches_golden_and_greedy() {
             let mut s = Session::new(&model, opts(false)).unwrap();
             let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
             let d = max_abs_diff(&logits, &g.logits);
-            println!("{name} binding={binding:?} baseline={baseline} subgroups={}: max |dlogit| = {d:.6}", gpu.fast.subgroups);
+            println!("{name} binding={binding:?} baseline={baseline} subgroups={} norm_fold={}: max |dlogit| = {d:.6}", gpu.fast.subgroups, gpu.fast.norm_fold);
             assert!(d <= 0.01, "{name} (binding {binding:?}, baseline {baseline}, subgroups {sg}): max |dlogit| {d} > 0.01");
 
             s.reset();
@@ -70,17 +71,22 @@ fn f16_cache_within_tolerance() {
 }
 
 /// Prefill then one-token decode steps give the same logits as one long prefill, with the
-/// default kernels and with the subgroup matvec.
+/// default kernels, with the subgroup matvec, and with the norms folded into the matvecs (plain
+/// and subgroup: the prefill's matmul reads the norm pass's rows, so this compares the two).
 #[test]
 fn prefill_then_decode_equals_one_prefill() {
     let root = fixtures().join("models");
-    for (gpu, m) in [gpu(None), gpu_subgroups()].into_iter().flat_map(|g| {
+    for (gpu, m) in [gpu(None), gpu_subgroups(), gpu_norm_fold(false), gpu_norm_fold(true)].into_iter().flat_map(|g| {
         ["tiny-tildeopen/model-Q4_K_M.gguf", "tiny-tildeopen-decoupled", "tiny-tildeopen-64k/model-Q4_K_M.gguf"].map(move |m| (g.clone(), m))
     }) {
         let model = load_on(&root.join(m), &gpu);
         let g = golden(&root.join(if m.ends_with(".gguf") { m.replace(".gguf", ".golden.safetensors") } else { format!("{m}/golden.safetensors") }));
         let ids = &g.input_ids[..g.input_ids.len().min(80)];
         let mut s = Session::new(&model, opts(false)).unwrap();
+        // A folded norm leaves a decode step two dispatches per layer (the attention and FFN
+        // norms); a pass over more tokens than the matvec takes keeps them.
+        let saved = if gpu.fast.norm_fold { 2 * model.cfg.num_layers } else { 0 };
+        assert_eq!(s.dispatches(1, 10, 1) + saved, s.dispatches(64, 63, 1), "{m}: dispatches");
         let whole = pollster::block_on(s.logits_all(ids)).unwrap();
         s.reset();
         let split = ids.len() / 2;
@@ -92,7 +98,7 @@ fn prefill_then_decode_equals_one_prefill() {
             stepped.push(pollster::block_on(s.last_logits()).unwrap());
         }
         let d = max_abs_diff(&stepped, &whole[split - 1..]);
-        println!("{m} (subgroups {}): prefill+decode vs prefill max |d| = {d}", gpu.fast.subgroups);
+        println!("{m} (subgroups {}, norm fold {}): prefill+decode vs prefill max |d| = {d}", gpu.fast.subgroups, gpu.fast.norm_fold);
         assert!(d <= 1e-3, "{m}: {d}");
         assert_eq!(s.position(), ids.len());
     }

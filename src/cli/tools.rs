@@ -261,11 +261,15 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "dispatches_per_token": dispatches, "submits_per_token": 1, "layers": layers,
                         "baseline_kernels": !l.model.gpu.fast.fused,
                         "subgroups": l.model.gpu.fast.subgroups,
+                        "norm_fold": l.model.gpu.fast.norm_fold,
                         "bandwidth_gb_s": bw.map(|b| b / 1e9),
                     })
                 );
             } else {
-                println!("adapter: {} ({:?}){}", info.name, info.backend, if l.model.gpu.fast.subgroups { ", subgroup matvec" } else { "" });
+                let fast = &l.model.gpu.fast;
+                let paths = [(fast.subgroups, ", subgroup matvec"), (fast.norm_fold, ", norms in the matvecs")];
+                let paths: String = paths.iter().filter(|p| p.0).map(|p| p.1).collect();
+                println!("adapter: {} ({:?}){paths}", info.name, info.backend);
                 println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");
                 println!("decode step: {dispatches} dispatches ({layers} layers), 1 submit");
                 if let Some(b) = bw {

@@ -18,6 +18,11 @@ pub struct GpuOptions {
     /// `Some(true)` wherever the adapter has subgroups, `Some(false)` never. The environment
     /// variable `TILDEOPEN_SUBGROUPS=1` or `0` overrides `None`.
     pub subgroups: Option<bool>,
+    /// The RMSNorm folded into the matvecs that consume it (Q/K/V, gate/up): `None` picks it on
+    /// devices that are not CPUs (on lavapipe the redundant per-row-group norm measured slower
+    /// than the norm pass it replaces), `Some(b)` forces it. The environment variable
+    /// `TILDEOPEN_NORM_FOLD=1` or `0` overrides `None`.
+    pub norm_fold: Option<bool>,
 }
 
 /// The optional kernel paths a device uses; each has a baseline fallback that is tested.
@@ -31,20 +36,24 @@ pub struct FastPaths {
     /// (`matvec_sg.wgsl`), where the adapter has `wgpu::Features::SUBGROUP` (native only: wgpu's
     /// WebGPU backend does not expose it); see [`GpuOptions::subgroups`].
     pub subgroups: bool,
+    /// Each RMSNorm computed by the matvecs that consume it (`shaders/mat_norm.wgsl`): a pass of
+    /// a few tokens has no norm dispatch but the final one; see [`GpuOptions::norm_fold`].
+    pub norm_fold: bool,
 }
 
 impl FastPaths {
     fn new(opts: &GpuOptions, has_subgroups: bool, cpu: bool) -> Self {
-        let (mut baseline, mut want) = (opts.baseline, opts.subgroups);
+        let (mut baseline, mut want, mut fold) = (opts.baseline, opts.subgroups, opts.norm_fold);
         #[cfg(not(target_arch = "wasm32"))]
         {
-            baseline |= std::env::var("TILDEOPEN_BASELINE_KERNELS").is_ok_and(|v| v == "1");
-            if want.is_none() {
-                want = std::env::var("TILDEOPEN_SUBGROUPS").ok().map(|v| v == "1");
-            }
+            let flag = |name: &str| std::env::var(name).ok().map(|v| v == "1");
+            baseline |= flag("TILDEOPEN_BASELINE_KERNELS") == Some(true);
+            want = want.or_else(|| flag("TILDEOPEN_SUBGROUPS"));
+            fold = fold.or_else(|| flag("TILDEOPEN_NORM_FOLD"));
         }
         let subgroups = !baseline && has_subgroups && want.unwrap_or(!cpu);
-        FastPaths { fused: !baseline, split_attention: !baseline, subgroups }
+        let norm_fold = !baseline && fold.unwrap_or(!cpu);
+        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold }
     }
 }
 
@@ -113,7 +122,8 @@ impl Gpu {
             ("maxComputeInvocationsPerWorkgroup", limits.max_compute_invocations_per_workgroup as u64, 256),
             ("maxComputeWorkgroupSizeX", limits.max_compute_workgroup_size_x as u64, 256),
             ("maxComputeWorkgroupStorageSize", limits.max_compute_workgroup_storage_size as u64, 16896),
-            ("maxStorageBuffersPerShaderStage", limits.max_storage_buffers_per_shader_stage as u64, 4),
+            // rope_kv.wgsl binds seven storage buffers (WebGPU guarantees eight).
+            ("maxStorageBuffersPerShaderStage", limits.max_storage_buffers_per_shader_stage as u64, 7),
         ];
         for (name, have, want) in need {
             if have < want {

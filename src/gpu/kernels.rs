@@ -18,10 +18,11 @@ pub enum Slot {
 /// Which kernel, with the variant that selects its pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    /// `one`: the pipeline for one-token passes (decode of a single sequence).
-    MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool },
+    /// `one`: the pipeline for one-token passes (decode of a single sequence); `norm`: X is the
+    /// residual stream and the kernel applies the RMSNorm (weight in binding 7) that feeds it.
+    MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool, norm: bool },
     /// The matvec on devices with subgroups: `wg` threads per 4 rows, reduced with `subgroupAdd`.
-    MatVecSg { ty: GgmlType, acc: bool, wg: u32, one: bool, glu: bool },
+    MatVecSg { ty: GgmlType, acc: bool, wg: u32, one: bool, glu: bool, norm: bool },
     /// `glu`: rows are (gate, up) pairs and the output is silu(gate) * up.
     MatMul { ty: GgmlType, acc: bool, glu: bool },
     Embed { ty: GgmlType },
@@ -69,8 +70,10 @@ impl Kernel {
     pub fn slots(self) -> &'static [Slot] {
         use Slot::*;
         match self {
-            // W, X, Y, params, step, then Y2 and Y3 (mat_out.wgsl).
-            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } => &[Ro, Ro, Rw, Uniform, Uniform, Rw, Rw],
+            // W, X, Y, params, step, then Y2 and Y3 (mat_out.wgsl) and the norm weight G
+            // (mat_norm.wgsl; the matmul has none). One layout, so an op's bind groups suit
+            // both its matvec and its matmul pipelines.
+            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } => &[Ro, Ro, Rw, Uniform, Uniform, Rw, Rw, Ro],
             Kernel::Embed { .. } | Kernel::RmsNorm => &[Ro, Ro, Rw, Uniform, Uniform],
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
@@ -113,10 +116,12 @@ impl Kernel {
             format!("{BYTES}\n{ks}\n{}\n{dot}", ty.wgsl())
         };
         const MAT_OUT: &str = include_str!("../../shaders/mat_out.wgsl");
+        const MAT_NORM: &str = include_str!("../../shaders/mat_norm.wgsl");
         let matrix = |ty: GgmlType| format!("{}\n{MAT_OUT}", weights(ty));
+        let matvec = |ty: GgmlType| format!("{}\n{MAT_NORM}", matrix(ty));
         let (prelude, body) = match self {
-            Kernel::MatVec { ty, .. } => (matrix(ty), include_str!("../../shaders/matvec.wgsl")),
-            Kernel::MatVecSg { ty, .. } => (matrix(ty), include_str!("../../shaders/matvec_sg.wgsl")),
+            Kernel::MatVec { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatVecSg { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec_sg.wgsl")),
             Kernel::MatMul { ty, .. } => (matrix(ty), include_str!("../../shaders/matmul.wgsl")),
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
@@ -135,15 +140,15 @@ impl Kernel {
 
     fn constants(self) -> Vec<(&'static str, f64)> {
         match self {
-            Kernel::MatVec { acc, lanes, one, glu, .. } => {
-                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64), ("GLU", glu as u8 as f64)];
+            Kernel::MatVec { acc, lanes, one, glu, norm, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64), ("GLU", glu as u8 as f64), ("NORM", norm as u8 as f64)];
                 if one {
                     c.push(("NT", 1.0));
                 }
                 c
             }
-            Kernel::MatVecSg { acc, wg, one, glu, .. } => {
-                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("WG", wg as f64), ("GLU", glu as u8 as f64)];
+            Kernel::MatVecSg { acc, wg, one, glu, norm, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("WG", wg as f64), ("GLU", glu as u8 as f64), ("NORM", norm as u8 as f64)];
                 if one {
                     c.push(("NT", 1.0));
                 }

@@ -37,6 +37,9 @@ enum Dispatch {
     Mat { n: u32, rows: u32 },
     Embed { k: u32 },
     PerToken,
+    /// An RMSNorm whose consumers fold it into their matvec: it runs only for passes that take
+    /// the tiled matmul (more than `MATVEC_MAX_T` tokens).
+    NormForMatmul,
     Threads { per_token: u32 },
     Kv { pairs: u32 },
     Attn { heads: u32 },
@@ -51,8 +54,10 @@ struct Op {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     name: &'static str,
     pipeline: wgpu::ComputePipeline,
-    /// The matvec pipelines of a matrix op: for one token, and for up to `MATVEC_MAX_T`.
-    matvec: Option<[wgpu::ComputePipeline; 2]>,
+    /// The matvec pipelines of a matrix op: for one token, and for up to `MATVEC_MAX_T`; and
+    /// their bind group (its own when the matvec folds in the RMSNorm and so reads the residual
+    /// stream instead of the normed rows).
+    matvec: Option<([wgpu::ComputePipeline; 2], wgpu::BindGroup)>,
     bind: wgpu::BindGroup,
     dispatch: Dispatch,
 }
@@ -68,41 +73,48 @@ fn split(wgs: u32) -> (u32, u32) {
 }
 
 impl Op {
-    /// Whether this op runs in a pass whose attention spans `splits` slices (merging them is
-    /// skipped for one).
-    fn runs(&self, splits: u32) -> bool {
-        !matches!(self.dispatch, Dispatch::AttnCombine { .. }) || splits > 1
+    /// Whether this op runs in a pass of `t` tokens whose attention spans `splits` slices
+    /// (merging them is skipped for one; a norm the matvecs fold in, below the matmul's size).
+    fn runs(&self, t: u32, splits: u32) -> bool {
+        match self.dispatch {
+            Dispatch::AttnCombine { .. } => splits > 1,
+            Dispatch::NormForMatmul => t > MATVEC_MAX_T,
+            _ => true,
+        }
     }
 
     /// Records the op for a pass of `t` tokens (`splits` context slices for split attention).
     fn record(&self, pass: &mut wgpu::ComputePass<'_>, t: u32, splits: u32) {
-        if !self.runs(splits) {
+        if !self.runs(t, splits) {
             return;
         }
-        let (pipe, (x, y, z)) = match self.dispatch {
-            Dispatch::AttnSplit { kv_heads } => (&self.pipeline, (kv_heads, splits.max(1), t)),
-            Dispatch::AttnCombine { heads } => (&self.pipeline, (heads, t, 1)),
+        let (pipe, bind, (x, y, z)) = match self.dispatch {
+            Dispatch::AttnSplit { kv_heads } => (&self.pipeline, &self.bind, (kv_heads, splits.max(1), t)),
+            Dispatch::AttnCombine { heads } => (&self.pipeline, &self.bind, (heads, t, 1)),
+            Dispatch::Mat { n, rows } if t <= MATVEC_MAX_T => {
+                let (pipes, bind) = self.matvec.as_ref().unwrap();
+                let (x, y) = split(n.div_ceil(rows));
+                (&pipes[(t > 1) as usize], bind, (x, y, 1))
+            }
             _ => {
-                let (p, (x, y)) = self.pipeline_2d(t);
-                (p, (x, y, 1))
+                let (x, y) = self.grid(t);
+                (&self.pipeline, &self.bind, (x, y, 1))
             }
         };
         pass.set_pipeline(pipe);
-        pass.set_bind_group(0, &self.bind, &[]);
+        pass.set_bind_group(0, bind, &[]);
         pass.dispatch_workgroups(x, y, z);
     }
 
-    fn pipeline_2d(&self, t: u32) -> (&wgpu::ComputePipeline, (u32, u32)) {
+    /// Workgroups of a 2-D dispatch for `t` tokens (the matvec's are in `record`).
+    fn grid(&self, t: u32) -> (u32, u32) {
         match self.dispatch {
-            Dispatch::Mat { n, rows } if t <= MATVEC_MAX_T => {
-                (&self.matvec.as_ref().unwrap()[(t > 1) as usize], split(n.div_ceil(rows)))
-            }
-            Dispatch::Mat { n, .. } => (&self.pipeline, (n.div_ceil(64), t.div_ceil(64))),
-            Dispatch::Embed { k } => (&self.pipeline, (k.div_ceil(8 * 64), t)),
-            Dispatch::PerToken => (&self.pipeline, (t, 1)),
-            Dispatch::Threads { per_token } => (&self.pipeline, split((t * per_token).div_ceil(64))),
-            Dispatch::Kv { pairs } => (&self.pipeline, (pairs.div_ceil(64), t)),
-            Dispatch::Attn { heads } => (&self.pipeline, (heads, t)),
+            Dispatch::Mat { n, .. } => (n.div_ceil(64), t.div_ceil(64)),
+            Dispatch::Embed { k } => (k.div_ceil(8 * 64), t),
+            Dispatch::PerToken | Dispatch::NormForMatmul => (t, 1),
+            Dispatch::Threads { per_token } => split((t * per_token).div_ceil(64)),
+            Dispatch::Kv { pairs } => (pairs.div_ceil(64), t),
+            Dispatch::Attn { heads } => (heads, t),
             Dispatch::AttnSplit { .. } | Dispatch::AttnCombine { .. } => unreachable!("3-D dispatches"),
         }
     }
@@ -132,7 +144,7 @@ impl<'g> Builder<'g> {
     /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
     fn embed(&self, out: &mut Vec<Op>, m: &GpuMatrix, tokens: &wgpu::Buffer, x: &wgpu::Buffer, step: &wgpu::Buffer) {
         for ch in &m.chunks {
-            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols, u32::MAX, u32::MAX, 0]));
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, m.cols, u32::MAX, u32::MAX, 0, 0, 0, 0, 0]));
             out.push(self.op(Kernel::Embed { ty: m.ty }, &[&ch.buf, tokens, x, &p, step], Dispatch::Embed { k: m.cols }));
         }
     }
@@ -140,46 +152,71 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, &[(y, stride)], acc, false, step)
+        self.mat_kind(out, m, x, &[(y, stride)], acc, false, None, step)
     }
 
-    /// `y = silu(gate x) * (up x)` for a matrix whose rows are (gate, up) pairs.
-    fn mat_glu(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, &[(y, stride)], false, true, step)
-    }
-
-    /// `ys = m x` for a matrix holding up to three projections' rows one after another, each
+    /// `ys = m x` (with `glu`, for a matrix whose rows are (gate, up) pairs: `y = silu(gate x) *
+    /// (up x)`) for a matrix holding up to three projections' rows one after another, each
     /// `(buffer, row stride)`. With several outputs, each holds as many rows as its stride (the
     /// kernel sends rows below the first stride to the first buffer, and so on), and the second
     /// and third share one stride. Unused output slots bind `Gpu::spare`: WebGPU rejects a
     /// dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
+    /// With `norm`, `x` holds the normed rows for the matmul (written by a `NormForMatmul` op)
+    /// and the matvec applies the norm to the residual stream itself.
     #[allow(clippy::too_many_arguments)]
-    fn mat_kind(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, ys: &[(&wgpu::Buffer, u32)], acc: bool, glu: bool, step: &wgpu::Buffer) {
+    fn mat_kind(
+        &self,
+        out: &mut Vec<Op>,
+        m: &GpuMatrix,
+        x: &wgpu::Buffer,
+        ys: &[(&wgpu::Buffer, u32)],
+        acc: bool,
+        glu: bool,
+        norm: Option<Norm>,
+        step: &wgpu::Buffer,
+    ) {
         debug_assert!((1..=3).contains(&ys.len()) && (ys.len() < 3 || ys[1].1 == ys[2].1), "one to three outputs, the last two with one stride");
         let slot = |i: usize| ys.get(i).map_or(&self.gpu.spare[i - 1], |y| y.0);
         let split = |i: usize| if ys.len() > i { ys[..i].iter().map(|y| y.1).sum() } else { u32::MAX };
         let (stride, stride2) = (ys[0].1, ys.get(1).map_or(0, |y| y.1));
         let (split1, split2) = (split(1), split(2));
         let ks = &self.gpu.kernels;
+        let eps = norm.map_or(0, |n| n.eps.to_bits());
+        let fold = norm.is_some();
         for ch in &m.chunks {
-            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride, split1, split2, stride2]));
+            let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride, split1, split2, stride2, eps, 0, 0, 0]));
             let mm = Kernel::MatMul { ty: m.ty, acc, glu };
             let (mv, rows): (Box<dyn Fn(bool) -> wgpu::ComputePipeline>, u32) = if self.gpu.fast.subgroups {
                 let wg = matvec_sg_threads(m.cols);
-                (Box::new(move |one| ks.pipeline(Kernel::MatVecSg { ty: m.ty, acc, wg, one, glu })), 4)
+                (Box::new(move |one| ks.pipeline(Kernel::MatVecSg { ty: m.ty, acc, wg, one, glu, norm: fold })), 4)
             } else {
                 let lanes = matvec_lanes(m.cols);
-                (Box::new(move |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one, glu })), 256 / lanes * 4)
+                (Box::new(move |one| ks.pipeline(Kernel::MatVec { ty: m.ty, acc, lanes, one, glu, norm: fold })), 256 / lanes * 4)
+            };
+            // The unused norm-weight slot binds X again (read-only, so no overlap).
+            let bind = |x: &wgpu::Buffer, g: &wgpu::Buffer| ks.bind(mm, &[&ch.buf, x, ys[0].0, &p, step, slot(1), slot(2), g]);
+            let mat_bind = bind(x, x);
+            let mv_bind = match norm {
+                Some(n) => bind(n.x, n.weight),
+                None => mat_bind.clone(),
             };
             out.push(Op {
                 name: mm.name(),
                 pipeline: ks.pipeline(mm),
-                matvec: Some([mv(true), mv(false)]),
-                bind: ks.bind(mm, &[&ch.buf, x, ys[0].0, &p, step, slot(1), slot(2)]),
+                matvec: Some(([mv(true), mv(false)], mv_bind)),
+                bind: mat_bind,
                 dispatch: Dispatch::Mat { n: ch.rows, rows },
             });
         }
     }
+}
+
+/// The RMSNorm a matvec folds in: the residual stream it reads and the norm's weight and epsilon.
+#[derive(Clone, Copy)]
+struct Norm<'a> {
+    x: &'a wgpu::Buffer,
+    weight: &'a wgpu::Buffer,
+    eps: f32,
 }
 
 /// Runs one weight matrix on `t` input rows `x` (`t * cols` values) with the engine's kernels:
@@ -496,11 +533,19 @@ impl Builder<'_> {
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
         let half = c.head_dim as u32 / 2;
         let st = &b.step;
-        ops.push(self.op(Kernel::RmsNorm, &[&l.attn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
+        // With `norm_fold` the matvecs apply each norm themselves (a pass of a few tokens then
+        // has no norm dispatch); the matmul reads the rows the norm op wrote.
+        let fold = self.gpu.fast.norm_fold;
+        let norm_op = |weight: &wgpu::Buffer| {
+            let d = if fold { Dispatch::NormForMatmul } else { Dispatch::PerToken };
+            self.op(Kernel::RmsNorm, &[weight, &b.x, &b.xb, &p.norm, st], d)
+        };
+        let folded = |weight| fold.then_some(Norm { x: &b.x, weight, eps: c.rms_norm_eps });
+        ops.push(norm_op(&l.attn_norm));
         // q, k, v = Wq xb, Wk xb, Wv xb: one dispatch per run of same-typed matrices.
         let outs = [(&b.q, qd), (&b.k, kvd), (&b.v, kvd)];
         for part in &l.qkv {
-            self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, st);
+            self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, folded(&l.attn_norm), st);
         }
         if half % 2 == 0 && self.gpu.fast.fused {
             // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
@@ -513,12 +558,13 @@ impl Builder<'_> {
         }
         self.attention(ops, c, kc, vc, b, p, f16, split);
         self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
-        ops.push(self.op(Kernel::RmsNorm, &[&l.ffn_norm, &b.x, &b.xb, &p.norm, st], Dispatch::PerToken));
+        ops.push(norm_op(&l.ffn_norm));
+        let ffn_norm = folded(&l.ffn_norm);
         match &l.ffn_in {
-            FfnIn::GateUp(m) => self.mat_glu(ops, m, &b.xb, &b.gate, ffn, st),
+            FfnIn::GateUp(m) => self.mat_kind(ops, m, &b.xb, &[(&b.gate, ffn)], false, true, ffn_norm, st),
             FfnIn::Split { gate, up } => {
-                self.mat(ops, gate, &b.xb, &b.gate, false, ffn, st);
-                self.mat(ops, up, &b.xb, &b.up, false, ffn, st);
+                self.mat_kind(ops, gate, &b.xb, &[(&b.gate, ffn)], false, false, ffn_norm, st);
+                self.mat_kind(ops, up, &b.xb, &[(&b.up, ffn)], false, false, ffn_norm, st);
                 ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
             }
         }
@@ -773,7 +819,7 @@ impl Session {
             gpu.flush();
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         };
-        for op in self.pass.body.iter().filter(|op| op.runs(splits)) {
+        for op in self.pass.body.iter().filter(|op| op.runs(t, splits)) {
             let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
             time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits));
         }
@@ -967,7 +1013,7 @@ impl Session {
             Some(sp) if t as u32 <= MATVEC_MAX_T => sp.slices(last as u32),
             _ => 1,
         };
-        let body = self.pass.body.iter().filter(|op| op.runs(splits)).count();
+        let body = self.pass.body.iter().filter(|op| op.runs(t as u32, splits)).count();
         body + if n_out > 0 { self.pass.head.len() } else { 0 }
     }
 
