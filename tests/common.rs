@@ -98,6 +98,13 @@ pub fn gpu_norm_fold(subgroups: bool) -> Gpu {
     g
 }
 
+/// Opens the GPU with the integer-dot matvec (opt-in everywhere).
+pub fn gpu_int_dot() -> Gpu {
+    let g = pollster::block_on(Gpu::new(&GpuOptions { int_dot: Some(true), ..Default::default() })).expect("no usable GPU adapter");
+    assert!(g.fast.int_dot, "{}: no dot4I8Packed", g.info.name);
+    g
+}
+
 /// Opens the GPU with only the baseline kernels (no fusions, no split attention).
 pub fn gpu_baseline() -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { baseline: true, ..Default::default() })).expect("no usable GPU adapter")

@@ -6,7 +6,8 @@
 mod common;
 use common::*;
 use std::borrow::Cow;
-use tildeopen::gpu::session::apply_matrix;
+use tildeopen::gpu::kernels::has_int_dot;
+use tildeopen::gpu::session::{apply_matrix, apply_matrix_q8};
 use tildeopen::model::loader::HostTensor;
 use tildeopen::model::GpuMatrix;
 use tildeopen::model::quant::{dequantize_row, GgmlType};
@@ -36,6 +37,54 @@ fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     let scale = want.iter().fold(1e-3f32, |a, b| a.max(b.abs()));
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert!((g - w).abs() <= tol * scale, "{what}[{i}]: got {g}, want {w} (scale {scale})");
+    }
+}
+
+/// The integer-dot matvec (opt-in: `GpuOptions::int_dot`) on an input already in Q8 blocks
+/// gives what the dequantized weights times the dequantized input give, up to f32 rounding:
+/// for 1, 5, 8 and 13 tokens, for every type that has one, whole and split across buffers.
+#[test]
+fn int_dot_matvec_is_exact_on_q8_input() {
+    let v = Vectors::load();
+    let (xs, x) = v.f32s("x");
+    let cols = xs[1];
+    let gpu_int = gpu_int_dot();
+    let types: Vec<GgmlType> = GgmlType::ALL.into_iter().filter(|t| has_int_dot(*t)).collect();
+    assert_eq!(types.len(), 4, "Q8_0, Q4_0, Q4_K, Q6_K");
+    for split in [false, true] {
+        for &ty in &types {
+            let rb = ty.row_bytes(cols).unwrap() as u64;
+            let gpu = if split { gpu(Some((3 * rb + 4).div_ceil(256) * 256)) } else { gpu_int.clone() };
+            let (rs, raw) = v.get(&format!("{}.raw", ty.name()));
+            let (_, want) = v.f32s(&format!("{}.f32", ty.name()));
+            let rows = rs[0];
+            let t = HostTensor { ty, rows, cols, data: Cow::Borrowed(&raw) };
+            let m = GpuMatrix::upload(&gpu, ty.name(), &t).unwrap();
+            for ntok in [1usize, 5, 8, 13] {
+                // Quantize as norm_quant.wgsl does: d = max|v| / 127 per 32 values.
+                let (mut q, mut words, mut scales) = (vec![0i8; ntok * cols], vec![], vec![]);
+                for (b, block) in x[..ntok * cols].chunks(32).enumerate() {
+                    let d = block.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+                    let qb = &mut q[b * 32..(b + 1) * 32];
+                    for (qi, v) in qb.iter_mut().zip(block) {
+                        *qi = if d > 0.0 { (v / d).round_ties_even() as i8 } else { 0 };
+                    }
+                    words.extend(qb.chunks(4).map(|c| u32::from_le_bytes([c[0] as u8, c[1] as u8, c[2] as u8, c[3] as u8])));
+                    scales.push([d, d * qb.iter().map(|&v| v as f32).sum::<f32>()]);
+                }
+                let got = pollster::block_on(apply_matrix_q8(&gpu, &m, &words, &scales, ntok)).unwrap();
+                let mut reference = vec![0f32; ntok * rows];
+                for tk in 0..ntok {
+                    for r in 0..rows {
+                        let w = &want[r * cols..(r + 1) * cols];
+                        let xq = &q[tk * cols..(tk + 1) * cols];
+                        let d = |i: usize| scales[(tk * cols + i) / 32][0] as f64;
+                        reference[tk * rows + r] = w.iter().zip(xq).enumerate().map(|(i, (a, b))| (*a as f64) * (*b as f64) * d(i)).sum::<f64>() as f32;
+                    }
+                }
+                close(&got, &reference, 2e-5, &format!("{} integer-dot matvec, {ntok} tokens, split {split}", ty.name()));
+            }
+        }
     }
 }
 

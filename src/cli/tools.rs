@@ -262,12 +262,13 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "baseline_kernels": !l.model.gpu.fast.fused,
                         "subgroups": l.model.gpu.fast.subgroups,
                         "norm_fold": l.model.gpu.fast.norm_fold,
+                        "int_dot": l.model.gpu.fast.int_dot,
                         "bandwidth_gb_s": bw.map(|b| b / 1e9),
                     })
                 );
             } else {
                 let fast = &l.model.gpu.fast;
-                let paths = [(fast.subgroups, ", subgroup matvec"), (fast.norm_fold, ", norms in the matvecs")];
+                let paths = [(fast.subgroups, ", subgroup matvec"), (fast.norm_fold, ", norms in the matvecs"), (fast.int_dot, ", integer-dot matvec")];
                 let paths: String = paths.iter().filter(|p| p.0).map(|p| p.1).collect();
                 println!("adapter: {} ({:?}){paths}", info.name, info.backend);
                 println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");

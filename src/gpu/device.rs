@@ -23,6 +23,11 @@ pub struct GpuOptions {
     /// than the norm pass it replaces), `Some(b)` forces it. The environment variable
     /// `TILDEOPEN_NORM_FOLD=1` or `0` overrides `None`.
     pub norm_fold: Option<bool>,
+    /// The 8-bit integer-dot matvec (`shaders/matvec_q8.wgsl`) for Q8_0, Q4_0, Q4_K and Q6_K
+    /// matrices fed by a norm (Q/K/V, gate/up), where WGSL has `dot4I8Packed`. Lossy (the
+    /// input is rounded to 8 bits), so off unless asked for here or with
+    /// `TILDEOPEN_INT_DOT=1`.
+    pub int_dot: Option<bool>,
 }
 
 /// The optional kernel paths a device uses; each has a baseline fallback that is tested.
@@ -39,21 +44,22 @@ pub struct FastPaths {
     /// Each RMSNorm computed by the matvecs that consume it (`shaders/mat_norm.wgsl`): a pass of
     /// a few tokens has no norm dispatch but the final one; see [`GpuOptions::norm_fold`].
     pub norm_fold: bool,
+    /// Q8 input and integer dot products for the matvecs after a norm; see [`GpuOptions::int_dot`].
+    pub int_dot: bool,
 }
 
 impl FastPaths {
-    fn new(opts: &GpuOptions, has_subgroups: bool, cpu: bool) -> Self {
-        let (mut baseline, mut want, mut fold) = (opts.baseline, opts.subgroups, opts.norm_fold);
+    fn new(opts: &GpuOptions, has_subgroups: bool, has_int_dot: bool, cpu: bool) -> Self {
+        // Environment switches (native only).
         #[cfg(not(target_arch = "wasm32"))]
-        {
-            let flag = |name: &str| std::env::var(name).ok().map(|v| v == "1");
-            baseline |= flag("TILDEOPEN_BASELINE_KERNELS") == Some(true);
-            want = want.or_else(|| flag("TILDEOPEN_SUBGROUPS"));
-            fold = fold.or_else(|| flag("TILDEOPEN_NORM_FOLD"));
-        }
-        let subgroups = !baseline && has_subgroups && want.unwrap_or(!cpu);
-        let norm_fold = !baseline && fold.unwrap_or(!cpu);
-        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold }
+        let flag = |name: &str| std::env::var(name).ok().map(|v| v == "1");
+        #[cfg(target_arch = "wasm32")]
+        let flag = |_: &str| None::<bool>;
+        let baseline = opts.baseline || flag("TILDEOPEN_BASELINE_KERNELS") == Some(true);
+        let subgroups = !baseline && has_subgroups && opts.subgroups.or_else(|| flag("TILDEOPEN_SUBGROUPS")).unwrap_or(!cpu);
+        let norm_fold = !baseline && opts.norm_fold.or_else(|| flag("TILDEOPEN_NORM_FOLD")).unwrap_or(!cpu);
+        let int_dot = !baseline && has_int_dot && opts.int_dot.or_else(|| flag("TILDEOPEN_INT_DOT")).unwrap_or(false);
+        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot }
     }
 }
 
@@ -130,7 +136,8 @@ impl Gpu {
                 return Err(Error::Gpu(format!("adapter {} has {name} = {have}, need {want}", info.name)));
             }
         }
-        let fast = FastPaths::new(opts, adapter.features().contains(wgpu::Features::SUBGROUP), info.device_type == wgpu::DeviceType::Cpu);
+        let int_dot = instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct);
+        let fast = FastPaths::new(opts, adapter.features().contains(wgpu::Features::SUBGROUP), int_dot, info.device_type == wgpu::DeviceType::Cpu);
         let required_features = if fast.subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {

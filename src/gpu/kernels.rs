@@ -23,10 +23,15 @@ pub enum Kernel {
     MatVec { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool, norm: bool },
     /// The matvec on devices with subgroups: `wg` threads per 4 rows, reduced with `subgroupAdd`.
     MatVecSg { ty: GgmlType, acc: bool, wg: u32, one: bool, glu: bool, norm: bool },
+    /// The matvec with 8-bit integer dot products on a Q8-quantized input, for the types
+    /// [`has_int_dot`] names.
+    MatVecQ8 { ty: GgmlType, acc: bool, lanes: u32, one: bool, glu: bool },
     /// `glu`: rows are (gate, up) pairs and the output is silu(gate) * up.
     MatMul { ty: GgmlType, acc: bool, glu: bool },
     Embed { ty: GgmlType },
     RmsNorm,
+    /// RMSNorm, then the rows quantized to Q8 blocks for `MatVecQ8`.
+    NormQuant,
     Rope,
     /// RoPE on Q and K plus the KV-cache store, in one kernel.
     RopeKv { f16: bool },
@@ -44,6 +49,21 @@ pub enum Kernel {
 /// The most tokens a pass sends to the matvec kernel (two of its 8-token groups); more go to
 /// the tiled matmul, whose 64-token tiles would be at least three-quarters idle below that.
 pub const MATVEC_MAX_T: u32 = 16;
+
+/// Whether weight type `ty` has an integer-dot matvec (`shaders/quant/*_q8.wgsl`).
+pub fn has_int_dot(ty: GgmlType) -> bool {
+    int_dot_source(ty).is_some()
+}
+
+fn int_dot_source(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::Q8_0 => include_str!("../../shaders/quant/q8_0_q8.wgsl"),
+        GgmlType::Q4_0 => include_str!("../../shaders/quant/q4_0_q8.wgsl"),
+        GgmlType::Q4K => include_str!("../../shaders/quant/q4_k_q8.wgsl"),
+        GgmlType::Q6K => include_str!("../../shaders/quant/q6_k_q8.wgsl"),
+        _ => return None,
+    })
+}
 
 /// Threads per row group for the matvec kernel: about four 32-element blocks each, a power of
 /// two from 4 (the kernel's rows per group) to 32.
@@ -73,7 +93,11 @@ impl Kernel {
             // W, X, Y, params, step, then Y2 and Y3 (mat_out.wgsl) and the norm weight G
             // (mat_norm.wgsl; the matmul has none). One layout, so an op's bind groups suit
             // both its matvec and its matmul pipelines.
-            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatMul { .. } => &[Ro, Ro, Rw, Uniform, Uniform, Rw, Rw, Ro],
+            // The integer-dot matvec binds the quantized rows as X and their scales as G.
+            Kernel::MatVec { .. } | Kernel::MatVecSg { .. } | Kernel::MatVecQ8 { .. } | Kernel::MatMul { .. } => {
+                &[Ro, Ro, Rw, Uniform, Uniform, Rw, Rw, Ro]
+            }
+            Kernel::NormQuant => &[Ro, Ro, Rw, Rw, Uniform, Uniform],
             Kernel::Embed { .. } | Kernel::RmsNorm => &[Ro, Ro, Rw, Uniform, Uniform],
             Kernel::Rope | Kernel::SwiGlu | Kernel::Argmax => &[Ro, Rw, Uniform, Uniform],
             Kernel::KvStore { .. } => &[Ro, Ro, Rw, Rw, Ro, Uniform, Uniform],
@@ -90,6 +114,8 @@ impl Kernel {
         match self {
             Kernel::MatVec { .. } => "matvec",
             Kernel::MatVecSg { .. } => "matvec_sg",
+            Kernel::MatVecQ8 { .. } => "matvec_q8",
+            Kernel::NormQuant => "norm_quant",
             Kernel::MatMul { .. } => "matmul",
             Kernel::Embed { .. } => "embed",
             Kernel::RmsNorm => "rmsnorm",
@@ -122,9 +148,14 @@ impl Kernel {
         let (prelude, body) = match self {
             Kernel::MatVec { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec.wgsl")),
             Kernel::MatVecSg { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec_sg.wgsl")),
+            Kernel::MatVecQ8 { ty, .. } => {
+                let dot = int_dot_source(ty).expect("MatVecQ8 is only built for types with an integer dot");
+                (format!("{}\n{dot}\n{MAT_OUT}", weights(ty)), include_str!("../../shaders/matvec_q8.wgsl"))
+            }
             Kernel::MatMul { ty, .. } => (matrix(ty), include_str!("../../shaders/matmul.wgsl")),
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
             Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
+            Kernel::NormQuant => (String::new(), include_str!("../../shaders/norm_quant.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
             Kernel::RopeKv { .. } => (String::new(), include_str!("../../shaders/rope_kv.wgsl")),
             Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
@@ -149,6 +180,13 @@ impl Kernel {
             }
             Kernel::MatVecSg { acc, wg, one, glu, norm, .. } => {
                 let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("WG", wg as f64), ("GLU", glu as u8 as f64), ("NORM", norm as u8 as f64)];
+                if one {
+                    c.push(("NT", 1.0));
+                }
+                c
+            }
+            Kernel::MatVecQ8 { acc, lanes, one, glu, .. } => {
+                let mut c = vec![("ACCUMULATE", acc as u8 as f64), ("LANES", lanes as f64), ("GLU", glu as u8 as f64)];
                 if one {
                     c.push(("NT", 1.0));
                 }

@@ -6,7 +6,7 @@
 
 use crate::model::config::{rope_table, ModelConfig};
 use crate::error::{Error, Result};
-use crate::gpu::kernels::{matvec_lanes, matvec_sg_threads, Kernel, MATVEC_MAX_T};
+use crate::gpu::kernels::{has_int_dot, matvec_lanes, matvec_sg_threads, Kernel, MATVEC_MAX_T};
 use crate::gpu::Gpu;
 use crate::model::{FfnIn, GpuMatrix, Layer, Model};
 use std::cell::RefCell;
@@ -40,6 +40,9 @@ enum Dispatch {
     /// An RMSNorm whose consumers fold it into their matvec: it runs only for passes that take
     /// the tiled matmul (more than `MATVEC_MAX_T` tokens).
     NormForMatmul,
+    /// A norm that writes the Q8 input of the integer-dot matvecs after it: it runs only for
+    /// passes the matvec takes (at most `MATVEC_MAX_T` tokens).
+    QuantForMatvec,
     Threads { per_token: u32 },
     Kv { pairs: u32 },
     Attn { heads: u32 },
@@ -79,6 +82,7 @@ impl Op {
         match self.dispatch {
             Dispatch::AttnCombine { .. } => splits > 1,
             Dispatch::NormForMatmul => t > MATVEC_MAX_T,
+            Dispatch::QuantForMatvec => t <= MATVEC_MAX_T,
             _ => true,
         }
     }
@@ -111,7 +115,7 @@ impl Op {
         match self.dispatch {
             Dispatch::Mat { n, .. } => (n.div_ceil(64), t.div_ceil(64)),
             Dispatch::Embed { k } => (k.div_ceil(8 * 64), t),
-            Dispatch::PerToken | Dispatch::NormForMatmul => (t, 1),
+            Dispatch::PerToken | Dispatch::NormForMatmul | Dispatch::QuantForMatvec => (t, 1),
             Dispatch::Threads { per_token } => split((t * per_token).div_ceil(64)),
             Dispatch::Kv { pairs } => (pairs.div_ceil(64), t),
             Dispatch::Attn { heads } => (heads, t),
@@ -152,7 +156,7 @@ impl<'g> Builder<'g> {
     /// `y (+)= m x` for every row chunk of `m`; `stride` is the row stride of `y`.
     #[allow(clippy::too_many_arguments)]
     fn mat(&self, out: &mut Vec<Op>, m: &GpuMatrix, x: &wgpu::Buffer, y: &wgpu::Buffer, acc: bool, stride: u32, step: &wgpu::Buffer) {
-        self.mat_kind(out, m, x, &[(y, stride)], acc, false, None, step)
+        self.mat_kind(out, m, x, &[(y, stride)], acc, false, MatIn::Rows, step)
     }
 
     /// `ys = m x` (with `glu`, for a matrix whose rows are (gate, up) pairs: `y = silu(gate x) *
@@ -161,8 +165,7 @@ impl<'g> Builder<'g> {
     /// kernel sends rows below the first stride to the first buffer, and so on), and the second
     /// and third share one stride. Unused output slots bind `Gpu::spare`: WebGPU rejects a
     /// dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
-    /// With `norm`, `x` holds the normed rows for the matmul (written by a `NormForMatmul` op)
-    /// and the matvec applies the norm to the residual stream itself.
+    /// `x` holds the input rows for the matmul; `input` says what the matvec reads (see [`MatIn`]).
     #[allow(clippy::too_many_arguments)]
     fn mat_kind(
         &self,
@@ -172,7 +175,7 @@ impl<'g> Builder<'g> {
         ys: &[(&wgpu::Buffer, u32)],
         acc: bool,
         glu: bool,
-        norm: Option<Norm>,
+        input: MatIn,
         step: &wgpu::Buffer,
     ) {
         debug_assert!((1..=3).contains(&ys.len()) && (ys.len() < 3 || ys[1].1 == ys[2].1), "one to three outputs, the last two with one stride");
@@ -181,12 +184,15 @@ impl<'g> Builder<'g> {
         let (stride, stride2) = (ys[0].1, ys.get(1).map_or(0, |y| y.1));
         let (split1, split2) = (split(1), split(2));
         let ks = &self.gpu.kernels;
-        let eps = norm.map_or(0, |n| n.eps.to_bits());
-        let fold = norm.is_some();
+        let eps = if let MatIn::Norm(n) = input { n.eps.to_bits() } else { 0 };
+        let fold = matches!(input, MatIn::Norm(_));
         for ch in &m.chunks {
             let p = self.param(u32s(&[ch.rows, m.cols, m.row_bytes, ch.row0, stride, split1, split2, stride2, eps, 0, 0, 0]));
             let mm = Kernel::MatMul { ty: m.ty, acc, glu };
-            let (mv, rows): (Box<dyn Fn(bool) -> wgpu::ComputePipeline>, u32) = if self.gpu.fast.subgroups {
+            let (mv, rows): (Box<dyn Fn(bool) -> wgpu::ComputePipeline>, u32) = if let MatIn::Q8 { .. } = input {
+                let lanes = matvec_lanes(m.cols);
+                (Box::new(move |one| ks.pipeline(Kernel::MatVecQ8 { ty: m.ty, acc, lanes, one, glu })), 256 / lanes * 4)
+            } else if self.gpu.fast.subgroups {
                 let wg = matvec_sg_threads(m.cols);
                 (Box::new(move |one| ks.pipeline(Kernel::MatVecSg { ty: m.ty, acc, wg, one, glu, norm: fold })), 4)
             } else {
@@ -196,9 +202,10 @@ impl<'g> Builder<'g> {
             // The unused norm-weight slot binds X again (read-only, so no overlap).
             let bind = |x: &wgpu::Buffer, g: &wgpu::Buffer| ks.bind(mm, &[&ch.buf, x, ys[0].0, &p, step, slot(1), slot(2), g]);
             let mat_bind = bind(x, x);
-            let mv_bind = match norm {
-                Some(n) => bind(n.x, n.weight),
-                None => mat_bind.clone(),
+            let mv_bind = match input {
+                MatIn::Rows => mat_bind.clone(),
+                MatIn::Norm(n) => bind(n.x, n.weight),
+                MatIn::Q8 { xq, xs } => bind(xq, xs),
             };
             out.push(Op {
                 name: mm.name(),
@@ -209,6 +216,17 @@ impl<'g> Builder<'g> {
             });
         }
     }
+}
+
+/// What a matrix op's matvec reads (its matmul always reads the rows in `x`).
+#[derive(Clone, Copy)]
+enum MatIn<'a> {
+    /// The rows in `x`.
+    Rows,
+    /// The residual stream, normed by the matvec itself (`shaders/mat_norm.wgsl`).
+    Norm(Norm<'a>),
+    /// The rows quantized by a `NormQuant` op: bytes and block scales (`shaders/matvec_q8.wgsl`).
+    Q8 { xq: &'a wgpu::Buffer, xs: &'a wgpu::Buffer },
 }
 
 /// The RMSNorm a matvec folds in: the residual stream it reads and the norm's weight and epsilon.
@@ -238,6 +256,34 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     } else {
         b.mat(&mut ops, m, &xbuf, &y, false, m.rows, &step);
     }
+    let mut enc = gpu.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        for op in &ops {
+            op.record(&mut pass, t as u32, 1);
+        }
+    }
+    gpu.queue.submit([enc.finish()]);
+    let bytes = gpu.read(&y, 0, (out_len * 4) as u64).await?;
+    Ok(bytemuck::cast_slice(&bytes).to_vec())
+}
+
+/// Runs one weight matrix of a type with an integer dot ([`has_int_dot`]) on `t <= 16` rows
+/// already quantized as the `norm_quant` kernel writes them: `xq` the bytes (`t * cols / 4`
+/// words), `xs` per 32-value block (scale, scale * sum of its bytes), with the integer-dot
+/// matvec. Returns `t * rows` values. For tests and tools.
+pub async fn apply_matrix_q8(gpu: &Gpu, m: &GpuMatrix, xq: &[u32], xs: &[[f32; 2]], t: usize) -> Result<Vec<f32>> {
+    if !has_int_dot(m.ty) || t == 0 || t > MATVEC_MAX_T as usize {
+        return Err(Error::Input(format!("no integer-dot matvec for {:?} on {t} rows", m.ty)));
+    }
+    let b = Builder::new(gpu);
+    let step = gpu.uniform("step", &u32s(&[t as u32, 0, 0, 0]));
+    let q = gpu.storage_uncapped("xq", bytemuck::cast_slice(xq))?;
+    let sc = gpu.storage_uncapped("xs", bytemuck::cast_slice(xs))?;
+    let out_len = t * m.rows as usize;
+    let y = gpu.storage_uncapped("y", &vec![0u8; out_len * 4])?;
+    let mut ops = vec![];
+    b.mat_kind(&mut ops, m, &q, &[(&y, m.rows)], false, false, MatIn::Q8 { xq: &q, xs: &sc }, &step);
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&Default::default());
@@ -393,6 +439,10 @@ struct Buffers {
     rope: wgpu::Buffer,
     x: wgpu::Buffer,
     xb: wgpu::Buffer,
+    /// The integer-dot matvec's input: `xb`'s rows (of passes the matvec takes) as Q8 bytes,
+    /// and per 32-value block (scale, scale * sum of the bytes).
+    xq: wgpu::Buffer,
+    xs: wgpu::Buffer,
     q: wgpu::Buffer,
     k: wgpu::Buffer,
     v: wgpu::Buffer,
@@ -414,6 +464,7 @@ impl Buffers {
         let gpu = &model.gpu;
         let f32b = |n: usize| (n * 4) as u64;
         let act = |name: &str, width: usize| gpu.storage(name, f32b(s.max_t * width));
+        let (int_dot, tq) = (gpu.fast.int_dot, s.max_t.min(MATVEC_MAX_T as usize));
         let mut kv = Vec::with_capacity(model.layers.len());
         for _ in &model.layers {
             kv.push((gpu.storage("k_cache", s.kv_bytes)?, gpu.storage("v_cache", s.kv_bytes)?));
@@ -426,6 +477,8 @@ impl Buffers {
             rope: act("rope", c.head_dim)?,
             x: act("x", c.hidden_size)?,
             xb: act("xb", c.hidden_size)?,
+            xq: gpu.storage("xq", if int_dot { (tq * c.hidden_size) as u64 } else { 16 })?,
+            xs: gpu.storage("xs", if int_dot { (tq * c.hidden_size / 32 * 8) as u64 } else { 16 })?,
             q: act("q", c.q_dim())?,
             k: act("k", c.kv_dim())?,
             v: act("v", c.kv_dim())?,
@@ -519,13 +572,13 @@ impl Builder<'_> {
     ///   xb = rmsnorm(x) * ffn_norm
     ///   x += Wdown (silu(Wgate xb) * (Wup xb))
     #[allow(clippy::too_many_arguments)]
-    fn layer(
+    fn layer<'a>(
         &self,
         ops: &mut Vec<Op>,
         c: &ModelConfig,
-        l: &Layer,
+        l: &'a Layer,
         (kc, vc): &(wgpu::Buffer, wgpu::Buffer),
-        b: &Buffers,
+        b: &'a Buffers,
         p: &Params,
         f16: bool,
         split: Option<Split>,
@@ -533,19 +586,31 @@ impl Builder<'_> {
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
         let half = c.head_dim as u32 / 2;
         let st = &b.step;
-        // With `norm_fold` the matvecs apply each norm themselves (a pass of a few tokens then
-        // has no norm dispatch); the matmul reads the rows the norm op wrote.
-        let fold = self.gpu.fast.norm_fold;
-        let norm_op = |weight: &wgpu::Buffer| {
-            let d = if fold { Dispatch::NormForMatmul } else { Dispatch::PerToken };
-            self.op(Kernel::RmsNorm, &[weight, &b.x, &b.xb, &p.norm, st], d)
+        // Each norm and the matrices it feeds: with `int_dot` (all of them of a type that has an
+        // integer dot) a norm_quant op writes their Q8 input for passes the matvec takes; else
+        // with `norm_fold` the matvecs apply the norm themselves. The matmul (longer passes)
+        // reads the rows the norm op wrote either way.
+        let normed = |ops: &mut Vec<Op>, weight: &'a wgpu::Buffer, mats: &[&GpuMatrix]| -> MatIn<'a> {
+            let fast = &self.gpu.fast;
+            let rms = |d| self.op(Kernel::RmsNorm, &[weight, &b.x, &b.xb, &p.norm, st], d);
+            if fast.int_dot && c.hidden_size.is_multiple_of(32) && mats.iter().all(|m| has_int_dot(m.ty)) {
+                ops.push(self.op(Kernel::NormQuant, &[weight, &b.x, &b.xq, &b.xs, &p.norm, st], Dispatch::QuantForMatvec));
+                ops.push(rms(Dispatch::NormForMatmul));
+                MatIn::Q8 { xq: &b.xq, xs: &b.xs }
+            } else if fast.norm_fold {
+                ops.push(rms(Dispatch::NormForMatmul));
+                MatIn::Norm(Norm { x: &b.x, weight, eps: c.rms_norm_eps })
+            } else {
+                ops.push(rms(Dispatch::PerToken));
+                MatIn::Rows
+            }
         };
-        let folded = |weight| fold.then_some(Norm { x: &b.x, weight, eps: c.rms_norm_eps });
-        ops.push(norm_op(&l.attn_norm));
         // q, k, v = Wq xb, Wk xb, Wv xb: one dispatch per run of same-typed matrices.
+        let qkv: Vec<&GpuMatrix> = l.qkv.iter().map(|part| &part.m).collect();
+        let input = normed(ops, &l.attn_norm, &qkv);
         let outs = [(&b.q, qd), (&b.k, kvd), (&b.v, kvd)];
         for part in &l.qkv {
-            self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, folded(&l.attn_norm), st);
+            self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, input, st);
         }
         if half % 2 == 0 && self.gpu.fast.fused {
             // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
@@ -558,13 +623,15 @@ impl Builder<'_> {
         }
         self.attention(ops, c, kc, vc, b, p, f16, split);
         self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
-        ops.push(norm_op(&l.ffn_norm));
-        let ffn_norm = folded(&l.ffn_norm);
         match &l.ffn_in {
-            FfnIn::GateUp(m) => self.mat_kind(ops, m, &b.xb, &[(&b.gate, ffn)], false, true, ffn_norm, st),
+            FfnIn::GateUp(m) => {
+                let input = normed(ops, &l.ffn_norm, &[m]);
+                self.mat_kind(ops, m, &b.xb, &[(&b.gate, ffn)], false, true, input, st)
+            }
             FfnIn::Split { gate, up } => {
-                self.mat_kind(ops, gate, &b.xb, &[(&b.gate, ffn)], false, false, ffn_norm, st);
-                self.mat_kind(ops, up, &b.xb, &[(&b.up, ffn)], false, false, ffn_norm, st);
+                let input = normed(ops, &l.ffn_norm, &[gate, up]);
+                self.mat_kind(ops, gate, &b.xb, &[(&b.gate, ffn)], false, false, input, st);
+                self.mat_kind(ops, up, &b.xb, &[(&b.up, ffn)], false, false, input, st);
                 ops.push(self.op(Kernel::SwiGlu, &[&b.up, &b.gate, &p.ffn, st], Dispatch::Threads { per_token: ffn }));
             }
         }
