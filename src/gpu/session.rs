@@ -612,7 +612,7 @@ impl Builder<'_> {
         for part in &l.qkv {
             self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, input, st);
         }
-        if half % 2 == 0 && self.gpu.fast.fused {
+        if half.is_multiple_of(2) && self.gpu.fast.fused {
             // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
             let per_token = c.num_heads as u32 * half + c.num_kv_heads as u32 * half / 2 + kvd / 2;
             ops.push(self.op(Kernel::RopeKv { f16 }, &[&b.rope, &b.q, &b.k, &b.v, kc, vc, &b.seq, &p.rope_kv, st], Dispatch::Threads { per_token }));
