@@ -72,7 +72,7 @@ fn f16_cache_within_tolerance() {
 
 /// The integer-dot matvec (opt-in and lossy: the input of Q/K/V and gate/up is rounded to 8
 /// bits per value) in passes it takes (at most 16 tokens): models whose matrices have an
-/// integer dot (Q8_0, Q4_0, Q4_K, Q6_K) really take it (their logits differ from the f32
+/// integer dot (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) really take it (their logits differ from the f32
 /// matvec's), the others fall back to the f32 matvec (identical logits), and a decode step has
 /// as many dispatches as without it (one norm_quant in place of each norm). Within the f16
 /// cache's tolerances (argmax equal wherever the golden's margin >= 0.25, p99 |dlogit| <= 0.15)
@@ -95,7 +95,7 @@ fn int_dot_matvec_within_tolerance() {
         assert_eq!(s.dispatches(1, 10, 1), p.dispatches(1, 10, 1), "{name}: dispatches");
         let reference = pollster::block_on(p.logits_all(&g.input_ids)).unwrap();
         let moved = max_abs_diff(&logits, &reference);
-        let int_types = ["Q8_0", "Q4_0", "Q4_K_M", "Q6_K"].iter().any(|t| name.ends_with(&format!("model-{t}")));
+        let int_types = ["Q8_0", "Q4_0", "Q4_1", "Q4_K_M", "Q6_K"].iter().any(|t| name.ends_with(&format!("model-{t}")));
         assert_eq!(moved > 0.0, int_types, "{name}: logits moved by {moved} with the integer dot");
         let hostile = int_types && name.starts_with("tiny-tildeopen/");
         let mut diffs: Vec<f32> = vec![];

@@ -50,7 +50,7 @@ fn int_dot_matvec_is_exact_on_q8_input() {
     let cols = xs[1];
     let gpu_int = gpu_int_dot();
     let types: Vec<GgmlType> = GgmlType::ALL.into_iter().filter(|t| has_int_dot(*t)).collect();
-    assert_eq!(types.len(), 4, "Q8_0, Q4_0, Q4_K, Q6_K");
+    assert_eq!(types.len(), 5, "Q8_0, Q4_0, Q4_1, Q4_K, Q6_K");
     for split in [false, true] {
         for &ty in &types {
             let rb = ty.row_bytes(cols).unwrap() as u64;

@@ -23,7 +23,7 @@ pub struct GpuOptions {
     /// than the norm pass it replaces), `Some(b)` forces it. The environment variable
     /// `TILDEOPEN_NORM_FOLD=1` or `0` overrides `None`.
     pub norm_fold: Option<bool>,
-    /// The 8-bit integer-dot matvec (`shaders/matvec_q8.wgsl`) for Q8_0, Q4_0, Q4_K and Q6_K
+    /// The 8-bit integer-dot matvec (`shaders/matvec_q8.wgsl`) for Q8_0, Q4_0, Q4_1, Q4_K and Q6_K
     /// matrices fed by a norm (Q/K/V, gate/up), where WGSL has `dot4I8Packed`. Lossy (the
     /// input is rounded to 8 bits), so off unless asked for here or with
     /// `TILDEOPEN_INT_DOT=1`.

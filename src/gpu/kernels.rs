@@ -59,6 +59,7 @@ fn int_dot_source(ty: GgmlType) -> Option<&'static str> {
     Some(match ty {
         GgmlType::Q8_0 => include_str!("../../shaders/quant/q8_0_q8.wgsl"),
         GgmlType::Q4_0 => include_str!("../../shaders/quant/q4_0_q8.wgsl"),
+        GgmlType::Q4_1 => include_str!("../../shaders/quant/q4_1_q8.wgsl"),
         GgmlType::Q4K => include_str!("../../shaders/quant/q4_k_q8.wgsl"),
         GgmlType::Q6K => include_str!("../../shaders/quant/q6_k_q8.wgsl"),
         _ => return None,
