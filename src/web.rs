@@ -245,7 +245,8 @@ impl WasmEngine {
             total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.end - t.start)).sum());
             (cfg, tokenizer, None, shards)
         };
-        let gpu = Gpu::new(&GpuOptions::default()).await.map_err(engine_error)?;
+        let gpu_opts = GpuOptions { int_dot: opt("intDot").and_then(|v| v.as_bool()), ..Default::default() };
+        let gpu = Gpu::new(&gpu_opts).await.map_err(engine_error)?;
         let kv_f16 = opt("kvF16").and_then(|v| v.as_bool()).unwrap_or(true);
         // Checked before any weight is downloaded.
         let ctx_size = match opt("ctxSize").and_then(|v| v.as_f64()) {
@@ -352,6 +353,16 @@ impl WasmEngine {
     #[wasm_bindgen(getter)]
     pub fn context_size(&self) -> usize {
         self.chat.context_size()
+    }
+
+    /// The optional kernel paths in use, by name (`fused`, `split_attention`, `norm_fold`,
+    /// `int_dot`; `subgroups` never in a browser: wgpu's WebGPU backend does not expose it).
+    #[wasm_bindgen(getter)]
+    pub fn fast_paths(&self) -> Vec<String> {
+        let Some(m) = self.model.as_ref() else { return vec![] };
+        let f = &m.gpu.fast;
+        let all = [(f.fused, "fused"), (f.split_attention, "split_attention"), (f.norm_fold, "norm_fold"), (f.int_dot, "int_dot"), (f.subgroups, "subgroups")];
+        all.iter().filter(|p| p.0).map(|p| p.1.to_string()).collect()
     }
 
     /// The GPU adapter's name and backend.

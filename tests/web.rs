@@ -44,9 +44,15 @@ fn urlencode(s: &str) -> String {
 
 /// The native CLI's answer to the same request.
 fn native(model: &Path, request: &str) -> String {
+    native_with(model, request, &[])
+}
+
+/// `native` with more `tildeopen chat` flags.
+fn native_with(model: &Path, request: &str, flags: &[&str]) -> String {
     let dir = std::env::temp_dir().join(format!("tildeopen-web-req-{}.json", std::process::id()));
     std::fs::write(&dir, request).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(["chat", "--model", model.to_str().unwrap(), "--request", dir.to_str().unwrap(), "--json"]).output().unwrap();
+    let args = ["chat", "--model", model.to_str().unwrap(), "--request", dir.to_str().unwrap(), "--json"];
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(args).args(flags).output().unwrap();
     std::fs::remove_file(&dir).ok();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -75,6 +81,20 @@ fn tiny_gguf_in_the_browser_matches_native() {
     assert!(v["progressMonotonic"].as_bool().unwrap() && v["progressEvents"].as_u64().unwrap() > 10);
     let task = r#"{"task":{"type":"translate","text":"I like cakes.","source":"en","target":"lv"},"max_tokens":6,"temperature":0}"#;
     assert_eq!(v["task"], native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), task).as_str(), "translate task");
+}
+
+/// The opt-in integer-dot matvec in the browser (WGSL's dot4I8Packed on Dawn) answers as the
+/// native one (`--int-dot`) does, in this thread and in a worker.
+#[test]
+fn tiny_gguf_with_int_dot_in_the_browser_matches_native() {
+    let m = "models/tiny-tildeopen/model-Q8_0.gguf";
+    let v = run_page(&[("model", &format!("/fixtures/{m}")), ("request", REQ), ("intDot", "1"), ("worker", "1")], &[], Duration::from_secs(300));
+    assert_eq!(v["integerDot"], true, "Chromium's WGSL has packed_4x8_integer_dot_product");
+    assert!(v["fastPaths"].as_array().unwrap().iter().any(|p| p == "int_dot"), "{}", v["fastPaths"]);
+    let want = native_with(&fixtures().join(m), REQ, &["--int-dot"]);
+    println!("integer dot: browser {:?}, native {want:?}", v["completion"]["choices"][0]["message"]["content"]);
+    assert_eq!(v["completion"]["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(v["worker"], want.as_str(), "worker mode");
 }
 
 #[test]

@@ -64,6 +64,10 @@ export interface EngineOptions {
   modelName?: string;
   /** What HF checkpoints are converted to at load: "q8_0" (default), "q4_0", "f16", "bf16". */
   quant?: string;
+  /** Q/K/V and gate/up with 8-bit integer dot products on input rounded to 8 bits (Q8_0, Q4_0,
+   *  Q4_1, Q4_K, Q6_K weights), where WGSL has them (`AdapterInfo.integerDot`). Lossy: off by
+   *  default. */
+  intDot?: boolean;
   /** Keep downloaded weights in the Cache API (default true). */
   cache?: boolean;
   /** Where tildeopen_bg.wasm is (default: next to pkg/tildeopen.js, found with
@@ -81,6 +85,8 @@ export interface AdapterInfo {
   description: string;
   shaderF16: boolean;
   subgroups: boolean;
+  /** WGSL's `packed_4x8_integer_dot_product` (what `EngineOptions.intDot` needs). */
+  integerDot: boolean;
   /** "vendor architecture device · shader-f16: yes|no · subgroups: yes|no" */
   summary: string;
 }
@@ -93,6 +99,9 @@ export interface Engine {
   /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;
   adapterInfo: AdapterInfo | null;
+  /** The optional kernel paths the engine uses: "fused", "split_attention", "norm_fold",
+   *  "int_dot" (only with `intDot`). */
+  fastPaths: string[];
   chat: {
     completions: {
       create(req: ChatRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;

@@ -26,14 +26,15 @@ function initWasm(wasmUrl) {
 }
 
 /** What the browser says about the WebGPU adapter the engine uses: vendor, architecture,
- *  device, description (GPUAdapterInfo; fields a browser hides are empty) and whether the
- *  optional `shader-f16` and `subgroups` features exist. `null` without WebGPU. */
+ *  device, description (GPUAdapterInfo; fields a browser hides are empty), whether the
+ *  optional `shader-f16` and `subgroups` features exist and whether WGSL has the 8-bit integer
+ *  dot product (`packed_4x8_integer_dot_product`, for `intDot`). `null` without WebGPU. */
 export async function adapterInfo() {
   const gpu = globalThis.navigator?.gpu;
   const a = gpu && (await gpu.requestAdapter({ powerPreference: "high-performance" }));
   if (!a) return null;
   const i = a.info ?? (a.requestAdapterInfo ? await a.requestAdapterInfo() : {});
-  const info = { vendor: i.vendor ?? "", architecture: i.architecture ?? "", device: i.device ?? "", description: i.description ?? "", shaderF16: a.features.has("shader-f16"), subgroups: a.features.has("subgroups") };
+  const info = { vendor: i.vendor ?? "", architecture: i.architecture ?? "", device: i.device ?? "", description: i.description ?? "", shaderF16: a.features.has("shader-f16"), subgroups: a.features.has("subgroups"), integerDot: !!gpu.wgslLanguageFeatures?.has("packed_4x8_integer_dot_product") };
   const name = [info.vendor, info.architecture, info.device].filter(Boolean).join(" ") || info.description || "unknown adapter";
   const yn = (b) => (b ? "yes" : "no");
   info.summary = `${name} · shader-f16: ${yn(info.shaderF16)} · subgroups: ${yn(info.subgroups)}`;
@@ -171,7 +172,7 @@ export async function createEngineInThread(opts) {
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
   try {
-    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant }, onProgress);
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot }, onProgress);
   } catch (e) {
     throw parseError(e);
   }
@@ -226,6 +227,7 @@ export async function createEngineInThread(opts) {
     contextSize: wasm.context_size,
     adapter: gpuInfo?.summary ?? wasm.adapter,
     adapterInfo: gpuInfo,
+    fastPaths: wasm.fast_paths,
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
     async unload() { await serial(async () => wasm.unload()); },

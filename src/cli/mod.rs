@@ -52,6 +52,11 @@ pub struct Common {
     /// Context window (KV cache length) in tokens. Default: the model's, at most 4096.
     #[arg(long)]
     pub ctx_size: Option<usize>,
+    /// Q/K/V and gate/up matvecs with 8-bit integer dot products on input rounded to 8 bits
+    /// (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K weights): lossy, so off by default (also
+    /// TILDEOPEN_INT_DOT=1).
+    #[arg(long)]
+    pub int_dot: bool,
 }
 
 pub struct Loaded {
@@ -104,7 +109,7 @@ pub fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(usize, usize)) {
 pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     let path = model_path(c)?;
     let opts = LoadOptions {
-        gpu: GpuOptions { max_binding_size: c.max_binding_size, ..Default::default() },
+        gpu: GpuOptions { max_binding_size: c.max_binding_size, int_dot: c.int_dot.then_some(true), ..Default::default() },
         hf_format: WeightFormat::parse(&c.quant)?,
     };
     let (bar, progress) = progress_bar();
