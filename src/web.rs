@@ -245,7 +245,8 @@ impl WasmEngine {
             total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.end - t.start)).sum());
             (cfg, tokenizer, None, shards)
         };
-        let gpu_opts = GpuOptions { int_dot: opt("intDot").and_then(|v| v.as_bool()), ..Default::default() };
+        let flag = |k: &str| opt(k).and_then(|v| v.as_bool());
+        let gpu_opts = GpuOptions { int_dot: flag("intDot"), norm_fold: flag("normFold"), ..Default::default() };
         let gpu = Gpu::new(&gpu_opts).await.map_err(engine_error)?;
         let kv_f16 = opt("kvF16").and_then(|v| v.as_bool()).unwrap_or(true);
         // Checked before any weight is downloaded.

@@ -97,6 +97,18 @@ fn tiny_gguf_with_int_dot_in_the_browser_matches_native() {
     assert_eq!(v["worker"], want.as_str(), "worker mode");
 }
 
+/// The norms folded into the matvecs (the default on GPUs; SwiftShader is a CPU device, so the
+/// page asks for it) answer as native does without it: the fold moves logits by about 1e-4.
+#[test]
+fn tiny_gguf_with_norm_fold_in_the_browser_matches_native() {
+    let m = "models/tiny-tildeopen/model-Q4_K_M.gguf";
+    let v = run_page(&[("model", &format!("/fixtures/{m}")), ("request", REQ), ("normFold", "1")], &[], Duration::from_secs(300));
+    assert!(v["fastPaths"].as_array().unwrap().iter().any(|p| p == "norm_fold"), "{}", v["fastPaths"]);
+    let want = native(&fixtures().join(m), REQ);
+    assert_eq!(v["completion"]["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(v["streamText"], want.as_str(), "streamed");
+}
+
 #[test]
 fn tiny_hf_dir_in_the_browser_matches_native() {
     let v = run_page(&[("model", "/fixtures/models/tiny-tildeopen/"), ("request", REQ)], &[], Duration::from_secs(300));

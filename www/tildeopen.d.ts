@@ -68,6 +68,10 @@ export interface EngineOptions {
    *  Q4_1, Q4_K, Q6_K weights), where WGSL has them (`AdapterInfo.integerDot`). Lossy: off by
    *  default. */
   intDot?: boolean;
+  /** The RMSNorm computed inside the matrix kernels that consume it (fewer dispatches). Default:
+   *  on where the adapter is not a CPU (software WebGPU such as SwiftShader), where it measured
+   *  slower. */
+  normFold?: boolean;
   /** Keep downloaded weights in the Cache API (default true). */
   cache?: boolean;
   /** Where tildeopen_bg.wasm is (default: next to pkg/tildeopen.js, found with

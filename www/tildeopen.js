@@ -172,7 +172,7 @@ export async function createEngineInThread(opts) {
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
   try {
-    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot }, onProgress);
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot, normFold: opts.normFold }, onProgress);
   } catch (e) {
     throw parseError(e);
   }
