@@ -69,8 +69,7 @@ export interface EngineOptions {
    *  default. */
   intDot?: boolean;
   /** The RMSNorm computed inside the matrix kernels that consume it (fewer dispatches). Default:
-   *  on where the adapter is not a CPU (software WebGPU such as SwiftShader), where it measured
-   *  slower. */
+   *  on, except on CPU adapters (software WebGPU such as SwiftShader), where it measured slower. */
   normFold?: boolean;
   /** Keep downloaded weights in the Cache API (default true). */
   cache?: boolean;
