@@ -98,3 +98,28 @@ fn tokenize_complete_perplexity() {
     let ppl: f64 = last.strip_prefix("PPL = ").unwrap().parse().unwrap();
     assert!(ppl.is_finite() && ppl > 1.0, "{last}");
 }
+
+/// `info` reports the fast paths the device gets, and the environment switches reach them:
+/// on lavapipe (a CPU device) the norm fold and the integer dot are off unless asked for, and
+/// `TILDEOPEN_BASELINE_KERNELS=1` turns every optional path off.
+#[test]
+fn info_reports_fast_paths_and_their_switches() {
+    let info = |env: &[(&str, &str)]| -> serde_json::Value {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tildeopen"));
+        c.arg("info");
+        for v in ["TILDEOPEN_NORM_FOLD", "TILDEOPEN_INT_DOT", "TILDEOPEN_SUBGROUPS", "TILDEOPEN_BASELINE_KERNELS"] {
+            c.env_remove(v);
+        }
+        let out = c.envs(env.iter().copied()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["fast_paths"].clone()
+    };
+    let plain = info(&[]);
+    assert_eq!((plain["fused"].as_bool(), plain["int_dot"].as_bool()), (Some(true), Some(false)), "{plain}");
+    let asked = info(&[("TILDEOPEN_NORM_FOLD", "1"), ("TILDEOPEN_INT_DOT", "1")]);
+    assert_eq!((asked["norm_fold"].as_bool(), asked["int_dot"].as_bool()), (Some(true), Some(true)), "{asked}");
+    let base = info(&[("TILDEOPEN_BASELINE_KERNELS", "1"), ("TILDEOPEN_NORM_FOLD", "1"), ("TILDEOPEN_INT_DOT", "1")]);
+    for k in ["fused", "split_attention", "subgroups", "norm_fold", "int_dot"] {
+        assert_eq!(base[k], false, "{k} with the baseline kernels: {base}");
+    }
+}

@@ -108,6 +108,11 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                     "driver": gpu.info.driver, "device_type": format!("{:?}", gpu.info.device_type),
                     "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
                     "max_buffer_size": l.max_buffer_size, "engine_max_binding": gpu.max_binding,
+                    // The optional kernel paths this device gets (TILDEOPEN_* variables apply).
+                    "fast_paths": {
+                        "fused": gpu.fast.fused, "split_attention": gpu.fast.split_attention,
+                        "subgroups": gpu.fast.subgroups, "norm_fold": gpu.fast.norm_fold, "int_dot": gpu.fast.int_dot,
+                    },
                 })
             );
         }
