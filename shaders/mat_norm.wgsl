@@ -6,7 +6,7 @@
 // so each computes the norm on its own (no pass over x before the matrix). Without NORM, G is
 // bound to X again and never read.
 @group(0) @binding(7) var<storage, read> G: array<vec4<f32>>;
-override NORM: bool = false;
+// NORM and norm_scale are in mat_out.wgsl.
 
 // Loads the 32 values of x at vec4 index xo into xv (times G from vec4 index go, with NORM);
 // returns the sum of their squares (0 without NORM).
@@ -22,12 +22,4 @@ fn load_x(xo: u32, go: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
         }
     }
     return ss.x + ss.y + ss.z + ss.w;
-}
-
-// The scale of the norm for a token whose squares sum to ss (1 without NORM).
-fn norm_scale(ss: f32) -> f32 {
-    if (NORM) {
-        return inverseSqrt(ss / f32(p.k) + p.eps);
-    }
-    return 1.0;
 }

@@ -27,3 +27,15 @@ fn put(t: u32, n: u32, v: f32) {
 fn put_glu(t: u32, n: u32, gate: f32, up: f32) {
     Y[t * p.out_stride + n / 2u] = gate / (1.0 + exp(-gate)) * up;
 }
+
+// The matvec applies the RMSNorm that feeds it (mat_norm.wgsl): its row totals are scaled by
+// norm_scale. Set only for matvec and matvec_sg.
+override NORM: bool = false;
+
+// The scale of the norm for a token whose squares of x sum to ss (1 without NORM).
+fn norm_scale(ss: f32) -> f32 {
+    if (NORM) {
+        return inverseSqrt(ss / f32(p.k) + p.eps);
+    }
+    return 1.0;
+}

@@ -10,7 +10,8 @@
 // bounds every token loop by a constant, so compilers unroll them and keep `acc` in registers
 // (a runtime-indexed array lives in memory).
 // With NORM the kernel also applies the RMSNorm that feeds the matrix (mat_norm.wgsl).
-// Prepended: bytes.wgsl, the weight type's dot32, mat_out.wgsl and mat_norm.wgsl.
+// Prepended: bytes.wgsl, the weight type's dot32, mat_out.wgsl, matvec_reduce.wgsl and
+// mat_norm.wgsl.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
@@ -25,7 +26,6 @@ override LANES: u32 = 32u;
 const NR: u32 = 4u;
 const MAX_T: u32 = 8u;
 override NT: u32 = MAX_T;
-var<workgroup> red: array<f32, 1280>; // [NR + 1][256]: rows, then the norm's sums of squares
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
@@ -34,7 +34,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let lane = lid % LANES;
     let row0 = ((wid.y * nwg.x + wid.x) * (256u / LANES) + g) * NR;
     let kq = p.k / 4u;
-    let row = row0 + lane;
     // Tokens in groups of MAX_T: each group reads the rows again (from cache on a GPU).
     for (var t0 = 0u; t0 < step.t; t0 += NT) {
         let nt = min(step.t - t0, NT);
@@ -67,40 +66,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (b >= nt) {
                 break;
             }
-            let a = acc[b];
-            red[lid] = a.x;
-            red[256u + lid] = a.y;
-            red[512u + lid] = a.z;
-            red[768u + lid] = a.w;
-            if (NORM) {
-                red[1024u + lid] = ss[b];
-            }
-            workgroupBarrier();
-            if (lane < NR && row < p.n) {
-                let base = lane * 256u + g * LANES;
-                var total = 0.0;
-                var sq = 0.0;
-                for (var i = 0u; i < LANES; i++) {
-                    total += red[base + i];
-                    if (NORM) {
-                        sq += red[1024u + g * LANES + i];
-                    }
-                }
-                let r = norm_scale(sq);
-                total *= r;
-                if (GLU) {
-                    if ((lane & 1u) == 0u) {
-                        var up = 0.0;
-                        for (var i = 0u; i < LANES; i++) {
-                            up += red[base + 256u + i];
-                        }
-                        put_glu(t0 + b, p.out_off + row, total, up * r);
-                    }
-                } else {
-                    put(t0 + b, p.out_off + row, total);
-                }
-            }
-            workgroupBarrier();
+            reduce_put(lid, row0, t0 + b, acc[b], ss[b]);
         }
     }
 }

@@ -3,10 +3,10 @@
 // (norm_quant.wgsl: bytes in XQ, scales in XS), so a thread loads 8 words per block and token
 // instead of 32 floats, and each weight type's dot32q multiplies the block's integer weights
 // with them and applies the scales once per block. Otherwise as matvec.wgsl (LANES threads per
-// NR rows, NT tokens at once, one workgroup-memory reduction) with its output side
+// NR rows, NT tokens at once, the same workgroup-memory reduction) with its output side
 // (mat_out.wgsl: the Q/K/V split, the GLU epilogue). Lossy: the input is rounded to 8 bits per
 // value, as llama.cpp's Q8_1 activations are; the engine uses it only where asked.
-// Prepended: bytes.wgsl, the weight type's dot32q, mat_out.wgsl.
+// Prepended: bytes.wgsl, the weight type's dot32q, mat_out.wgsl, matvec_reduce.wgsl.
 
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> XQ: array<vec4<u32>>;
@@ -22,7 +22,6 @@ override LANES: u32 = 32u;
 const NR: u32 = 4u;
 const MAX_T: u32 = 8u;
 override NT: u32 = MAX_T;
-var<workgroup> red: array<f32, 1024>; // [NR][256]
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
@@ -31,7 +30,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let lane = lid % LANES;
     let row0 = ((wid.y * nwg.x + wid.x) * (256u / LANES) + g) * NR;
     let nb = p.k / 32u;
-    let row = row0 + lane;
     for (var t0 = 0u; t0 < step.t; t0 += NT) {
         let nt = min(step.t - t0, NT);
         var acc: array<vec4<f32>, MAX_T>;
@@ -72,31 +70,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (b >= nt) {
                 break;
             }
-            let a = acc[b];
-            red[lid] = a.x;
-            red[256u + lid] = a.y;
-            red[512u + lid] = a.z;
-            red[768u + lid] = a.w;
-            workgroupBarrier();
-            if (lane < NR && row < p.n) {
-                let base = lane * 256u + g * LANES;
-                var total = 0.0;
-                for (var i = 0u; i < LANES; i++) {
-                    total += red[base + i];
-                }
-                if (GLU) {
-                    if ((lane & 1u) == 0u) {
-                        var up = 0.0;
-                        for (var i = 0u; i < LANES; i++) {
-                            up += red[base + 256u + i];
-                        }
-                        put_glu(t0 + b, p.out_off + row, total, up);
-                    }
-                } else {
-                    put(t0 + b, p.out_off + row, total);
-                }
-            }
-            workgroupBarrier();
+            reduce_put(lid, row0, t0 + b, acc[b], 0.0);
         }
     }
 }

@@ -3,11 +3,8 @@
 // 32-value blocks, each stored as 32 signed bytes in XQ (8 words: round(v / d), d = max|v| /
 // 127) and (d, d * the sum of its bytes) in XS (the sum serves weight types with a minimum,
 // Q4_K). One dispatch in place of the norm for passes the matvec takes. Math in f32.
+// Prepended: rms.wgsl.
 
-struct NormParams {
-    n: u32,
-    eps: f32,
-}
 @group(0) @binding(0) var<storage, read> WEIGHT: array<f32>;
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> XQ: array<u32>;
@@ -15,26 +12,11 @@ struct NormParams {
 @group(0) @binding(4) var<uniform> p: NormParams;
 @group(0) @binding(5) var<uniform> step: Step;
 
-var<workgroup> red: array<f32, 256>;
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let t = wid.x;
     let base = t * p.n;
-    var s = 0.0;
-    for (var i = lid; i < p.n; i += 256u) {
-        let v = X[base + i];
-        s = fma(v, v, s);
-    }
-    red[lid] = s;
-    workgroupBarrier();
-    for (var k = 128u; k > 0u; k >>= 1u) {
-        if (lid < k) {
-            red[lid] += red[lid + k];
-        }
-        workgroupBarrier();
-    }
-    let r = inverseSqrt(red[0] / f32(p.n) + p.eps);
+    let r = rms_scale(lid, base);
     let nb = p.n / 32u;
     for (var b = lid; b < nb; b += 256u) {
         let o = base + b * 32u;

@@ -144,19 +144,21 @@ impl Kernel {
         };
         const MAT_OUT: &str = include_str!("../../shaders/mat_out.wgsl");
         const MAT_NORM: &str = include_str!("../../shaders/mat_norm.wgsl");
+        const RMS: &str = include_str!("../../shaders/rms.wgsl");
         let matrix = |ty: GgmlType| format!("{}\n{MAT_OUT}", weights(ty));
+        const MATVEC_REDUCE: &str = include_str!("../../shaders/matvec_reduce.wgsl");
         let matvec = |ty: GgmlType| format!("{}\n{MAT_NORM}", matrix(ty));
         let (prelude, body) = match self {
-            Kernel::MatVec { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec.wgsl")),
+            Kernel::MatVec { ty, .. } => (format!("{}\n{MATVEC_REDUCE}", matvec(ty)), include_str!("../../shaders/matvec.wgsl")),
             Kernel::MatVecSg { ty, .. } => (matvec(ty), include_str!("../../shaders/matvec_sg.wgsl")),
             Kernel::MatVecQ8 { ty, .. } => {
                 let dot = int_dot_source(ty).expect("MatVecQ8 is only built for types with an integer dot");
-                (format!("{}\n{dot}\n{MAT_OUT}", weights(ty)), include_str!("../../shaders/matvec_q8.wgsl"))
+                (format!("{}\n{dot}\n{MAT_OUT}\n{MATVEC_REDUCE}", weights(ty)), include_str!("../../shaders/matvec_q8.wgsl"))
             }
             Kernel::MatMul { ty, .. } => (matrix(ty), include_str!("../../shaders/matmul.wgsl")),
             Kernel::Embed { ty } => (weights(ty), include_str!("../../shaders/embed.wgsl")),
-            Kernel::RmsNorm => (String::new(), include_str!("../../shaders/rmsnorm.wgsl")),
-            Kernel::NormQuant => (String::new(), include_str!("../../shaders/norm_quant.wgsl")),
+            Kernel::RmsNorm => (RMS.into(), include_str!("../../shaders/rmsnorm.wgsl")),
+            Kernel::NormQuant => (RMS.into(), include_str!("../../shaders/norm_quant.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
             Kernel::RopeKv { .. } => (String::new(), include_str!("../../shaders/rope_kv.wgsl")),
             Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),

@@ -256,16 +256,7 @@ pub async fn apply_matrix(gpu: &Gpu, m: &GpuMatrix, x: &[f32], t: usize, embed: 
     } else {
         b.mat(&mut ops, m, &xbuf, &y, false, m.rows, &step);
     }
-    let mut enc = gpu.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = enc.begin_compute_pass(&Default::default());
-        for op in &ops {
-            op.record(&mut pass, t as u32, 1);
-        }
-    }
-    gpu.queue.submit([enc.finish()]);
-    let bytes = gpu.read(&y, 0, (out_len * 4) as u64).await?;
-    Ok(bytemuck::cast_slice(&bytes).to_vec())
+    run_ops(gpu, &ops, t, &y, out_len).await
 }
 
 /// Runs one weight matrix of a type with an integer dot ([`has_int_dot`]) on `t <= 16` rows
@@ -284,15 +275,20 @@ pub async fn apply_matrix_q8(gpu: &Gpu, m: &GpuMatrix, xq: &[u32], xs: &[[f32; 2
     let y = gpu.storage_uncapped("y", &vec![0u8; out_len * 4])?;
     let mut ops = vec![];
     b.mat_kind(&mut ops, m, &q, &[(&y, m.rows)], false, false, MatIn::Q8 { xq: &q, xs: &sc }, &step);
+    run_ops(gpu, &ops, t, &y, out_len).await
+}
+
+/// Records `ops` for a pass of `t` rows in one submit and reads back the `len` f32 of `y`.
+async fn run_ops(gpu: &Gpu, ops: &[Op], t: usize, y: &wgpu::Buffer, len: usize) -> Result<Vec<f32>> {
     let mut enc = gpu.device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&Default::default());
-        for op in &ops {
+        for op in ops {
             op.record(&mut pass, t as u32, 1);
         }
     }
     gpu.queue.submit([enc.finish()]);
-    let bytes = gpu.read(&y, 0, (out_len * 4) as u64).await?;
+    let bytes = gpu.read(y, 0, (len * 4) as u64).await?;
     Ok(bytemuck::cast_slice(&bytes).to_vec())
 }
 
