@@ -1,12 +1,15 @@
-// Attention, split across workgroups (flash-decoding) for passes of a few tokens. One
-// workgroup takes one KV head, all G query heads that share it (so each key and value row is
-// read once for the group, not once per query head), one token, and one slice of `span` keys of
-// its context; it walks the slice in CHUNKs of keys: scores for the G heads into workgroup
-// memory, per head a running max and sum (online softmax), then the value rows weighted into
-// per-thread accumulators (a thread owns one or more words of a value row: adjacent threads
-// read adjacent words). With one slice (long passes, whose many tokens fill the device, and
-// short contexts) it writes the normalised output; with more, each slice writes its unnormalised sum with its (max, sum) to PART and
-// attn_combine.wgsl merges them. All math in f32.
+// Attention for one KV head and the G query heads that share it (so each key and value row is
+// read once for the group, not once per query head), QT consecutive tokens of the pass (so, in
+// long prefill passes, once for QT tokens: the tile over queries), and one slice of `span` keys
+// of each token's context (flash-decoding, for passes of a few tokens). The R = QT * G query
+// rows of a workgroup walk the union of their tokens' key ranges in CHUNKs of cache rows, skipping
+// rows none of them attends to (a tile may straddle two sequences): scores for the R rows into
+// workgroup memory (a row's keys outside its token's range, e.g. past its position, get none),
+// per row a running max and sum (online softmax), then the value rows weighted into per-thread
+// accumulators (a thread owns one or more words of a value row: adjacent threads read adjacent
+// words). With one slice (long passes, whose many tokens fill the device, and short contexts) it
+// writes the normalised output; with more, each slice writes its unnormalised sum with its
+// (max, sum) to PART and attn_combine.wgsl merges them. All math in f32.
 
 struct SplitParams {
     heads: u32,
@@ -25,58 +28,84 @@ struct SplitParams {
 @group(0) @binding(7) var<uniform> step: Step;
 
 override KV_F16: bool = true;
-override G: u32 = 1u;       // query heads per KV head (<= MAXG; G * head_dim <= 1024)
-override CHUNK: u32 = 256u; // keys per round (G * CHUNK <= 2048)
-override GT: u32 = 64u;     // threads per head in the softmax reductions (a power of two, G * GT <= 64)
+override G: u32 = 1u;       // query heads per KV head
+override QT: u32 = 1u;      // tokens per workgroup (R = QT * G <= MAXR; R * head_dim <= 1536)
+override CHUNK: u32 = 256u; // keys per round (R * CHUNK <= 1536)
+override GT: u32 = 64u;     // threads per row in the softmax reductions (a power of two, R * GT <= 64)
 override WPT: u32 = 1u;     // value-row words per thread: ceil(words per row / 64)
-const MAXG: u32 = 16u;
+const MAXR: u32 = 16u;
+const NONE: f32 = -3.0e38;  // the score of a key the row does not attend to
 
-var<workgroup> qs: array<vec4<f32>, 256>; // [G][hd / 4], scaled
-var<workgroup> sc: array<f32, 2048>;      // [G][CHUNK]: scores, then probabilities
+var<workgroup> qs: array<vec4<f32>, 384>; // [R][hd / 4], scaled
+var<workgroup> sc: array<f32, 1536>;      // [R][CHUNK]: scores, then probabilities
 var<workgroup> red: array<f32, 64>;
-var<workgroup> ml: array<vec2<f32>, MAXG>; // per head: running (max, sum)
-var<workgroup> corr: array<f32, MAXG>;
+var<workgroup> ml: array<vec2<f32>, MAXR>; // per row: running (max, sum)
+var<workgroup> corr: array<f32, MAXR>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let kvh = wid.x;
     let slice = wid.y;
-    let t = wid.z;
+    let t0 = wid.z * QT;
+    let R = QT * G;
     let hd = p.head_dim;
     let hd4 = hd / 4u;
     let kv_dim = p.kv_heads * hd;
     // Values per cache word, and words per row of one head.
     let vpw = select(1u, 2u, KV_F16);
     let wcols = hd / vpw;
-    let qpos = SEQ[t].x;
-    let first = SEQ[t].y;
     // One slice (long passes, short contexts) is the whole context.
     let span = select(p.span, 0xffffffffu, step.splits <= 1u);
-    let lo = slice * span;
-    let hi = select(lo, min(lo + span, qpos + 1u), lo <= qpos);
-    let q0 = (t * p.heads + kvh * G) * hd4;
-    for (var i = lid; i < G * hd4; i += 64u) {
-        qs[i] = Q[q0 + i] * p.scale;
+    // Each token's cache rows in this slice, [ts, te) (empty past the pass's last token), and
+    // the union's bounds.
+    var ts: array<u32, MAXR>;
+    var te: array<u32, MAXR>;
+    var lo = 0xffffffffu;
+    var hi = 0u;
+    for (var u = 0u; u < QT; u++) {
+        ts[u] = 0u;
+        te[u] = 0u;
+        if (t0 + u < step.t) {
+            let qpos = SEQ[t0 + u].x;
+            let first = SEQ[t0 + u].y;
+            let a = slice * span;
+            if (a <= qpos) {
+                ts[u] = first + a;
+                te[u] = first + a + min(span, qpos + 1u - a);
+                lo = min(lo, ts[u]);
+                hi = max(hi, te[u]);
+            }
+        }
     }
-    if (lid < G) {
-        ml[lid] = vec2<f32>(-3.0e38, 0.0);
+    for (var i = lid; i < R * hd4; i += 64u) {
+        let r = i / hd4;
+        let u = r / G;
+        var q = vec4<f32>(0.0);
+        if (t0 + u < step.t) {
+            q = Q[((t0 + u) * p.heads + kvh * G + r % G) * hd4 + i % hd4] * p.scale;
+        }
+        qs[i] = q;
+    }
+    if (lid < R) {
+        ml[lid] = vec2<f32>(NONE, 0.0);
     }
     let g = lid / GT;
-    let r = lid % GT;
-    var acc: array<vec2<f32>, 64>; // [WPT][MAXG]
+    let rr = lid % GT;
+    var acc: array<vec2<f32>, 64>; // [WPT][MAXR]
     for (var c = 0u; c < WPT; c++) {
-        for (var h = 0u; h < G; h++) {
-            acc[c * MAXG + h] = vec2<f32>(0.0);
+        for (var h = 0u; h < R; h++) {
+            acc[c * MAXR + h] = vec2<f32>(0.0);
         }
     }
     workgroupBarrier();
-    for (var c0 = lo; c0 < hi; c0 += CHUNK) {
+    var c0 = lo;
+    while (c0 < hi) {
         let n = min(CHUNK, hi - c0);
-        // Scores: one key row per thread, all G heads at once.
+        // Scores: one key row per thread, all R rows at once.
         for (var i = lid; i < n; i += 64u) {
-            let row = first + c0 + i;
-            var s: array<f32, MAXG>;
-            for (var h = 0u; h < G; h++) {
+            let row = c0 + i;
+            var s: array<f32, MAXR>;
+            for (var h = 0u; h < R; h++) {
                 s[h] = 0.0;
             }
             if (KV_F16) {
@@ -85,7 +114,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                     let kw = KC[base + w];
                     let ka = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
                     let kb = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
-                    for (var h = 0u; h < G; h++) {
+                    for (var h = 0u; h < R; h++) {
                         s[h] += dot(ka, qs[h * hd4 + 2u * w]) + dot(kb, qs[h * hd4 + 2u * w + 1u]);
                     }
                 }
@@ -93,40 +122,42 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 let base = (row * kv_dim + kvh * hd) / 4u;
                 for (var w = 0u; w < hd4; w++) {
                     let k = bitcast<vec4<f32>>(KC[base + w]);
-                    for (var h = 0u; h < G; h++) {
+                    for (var h = 0u; h < R; h++) {
                         s[h] += dot(k, qs[h * hd4 + w]);
                     }
                 }
             }
-            for (var h = 0u; h < G; h++) {
-                sc[h * CHUNK + i] = s[h];
+            for (var h = 0u; h < R; h++) {
+                let u = h / G;
+                sc[h * CHUNK + i] = select(NONE, s[h], row >= ts[u] && row < te[u]);
             }
         }
         workgroupBarrier();
-        // Per head (GT threads each): the round's max, then probabilities and their sum.
-        var mx = -3.0e38;
-        if (g < G) {
-            for (var i = r; i < n; i += GT) {
+        // Per row (GT threads each): the round's max, then probabilities and their sum.
+        var mx = NONE;
+        if (g < R) {
+            for (var i = rr; i < n; i += GT) {
                 mx = max(mx, sc[g * CHUNK + i]);
             }
         }
         red[lid] = mx;
         workgroupBarrier();
         for (var k = GT / 2u; k > 0u; k >>= 1u) {
-            if (r < k) {
+            if (rr < k) {
                 red[lid] = max(red[lid], red[lid + k]);
             }
             workgroupBarrier();
         }
         var m_new = 0.0;
-        if (g < G) {
+        if (g < R) {
             m_new = max(ml[g].x, red[g * GT]);
         }
         workgroupBarrier();
         var sum = 0.0;
-        if (g < G) {
-            for (var i = r; i < n; i += GT) {
-                let e = exp(sc[g * CHUNK + i] - m_new);
+        if (g < R) {
+            for (var i = rr; i < n; i += GT) {
+                let v = sc[g * CHUNK + i];
+                let e = select(0.0, exp(v - m_new), v > NONE);
                 sc[g * CHUNK + i] = e;
                 sum += e;
             }
@@ -134,66 +165,78 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         red[lid] = sum;
         workgroupBarrier();
         for (var k = GT / 2u; k > 0u; k >>= 1u) {
-            if (r < k) {
+            if (rr < k) {
                 red[lid] += red[lid + k];
             }
             workgroupBarrier();
         }
-        if (g < G && r == 0u) {
+        if (g < R && rr == 0u) {
             let old = ml[g];
             let cf = exp(old.x - m_new);
             corr[g] = cf;
             ml[g] = vec2<f32>(m_new, old.y * cf + red[lid]);
         }
         workgroupBarrier();
-        // Values: this thread's words of each row, weighted for every head.
+        // Values: this thread's words of each row, weighted for every query row.
         for (var c = 0u; c < WPT; c++) {
             let wc = lid + 64u * c;
             if (wc < wcols) {
-                for (var h = 0u; h < G; h++) {
-                    acc[c * MAXG + h] *= corr[h];
+                for (var h = 0u; h < R; h++) {
+                    acc[c * MAXR + h] *= corr[h];
                 }
-                let vbase = (first + c0) * (kv_dim / vpw) + kvh * wcols + wc;
+                let vbase = c0 * (kv_dim / vpw) + kvh * wcols + wc;
                 for (var i = 0u; i < n; i++) {
                     let vw = VC[vbase + i * (kv_dim / vpw)];
                     var v = vec2<f32>(bitcast<f32>(vw), 0.0);
                     if (KV_F16) {
                         v = unpack2x16float(vw);
                     }
-                    for (var h = 0u; h < G; h++) {
-                        acc[c * MAXG + h] = fma(vec2<f32>(sc[h * CHUNK + i]), v, acc[c * MAXG + h]);
+                    for (var h = 0u; h < R; h++) {
+                        acc[c * MAXR + h] = fma(vec2<f32>(sc[h * CHUNK + i]), v, acc[c * MAXR + h]);
                     }
                 }
             }
         }
         workgroupBarrier();
+        // The next chunk starts at the first row past this one that some token attends to.
+        var next = 0xffffffffu;
+        for (var u = 0u; u < QT; u++) {
+            if (te[u] > c0 + n) {
+                next = min(next, max(c0 + n, ts[u]));
+            }
+        }
+        c0 = next;
     }
     let rec_len = hd + 2u;
     for (var c = 0u; c < WPT; c++) {
         let wc = lid + 64u * c;
         if (wc < wcols) {
-            for (var h = 0u; h < G; h++) {
-                let head = kvh * G + h;
-                let a = acc[c * MAXG + h];
-                if (step.splits == 1u) {
-                    let o = (t * p.heads + head) * hd + wc * vpw;
-                    let l = ml[h].y;
-                    OUT[o] = a.x / l;
-                    if (KV_F16) {
-                        OUT[o + 1u] = a.y / l;
-                    }
-                } else {
-                    let o = ((t * p.heads + head) * step.splits + slice) * rec_len + wc * vpw;
-                    PART[o] = a.x;
-                    if (KV_F16) {
-                        PART[o + 1u] = a.y;
+            for (var h = 0u; h < R; h++) {
+                let t = t0 + h / G;
+                if (t < step.t) {
+                    let head = kvh * G + h % G;
+                    let a = acc[c * MAXR + h];
+                    if (step.splits <= 1u) {
+                        let o = (t * p.heads + head) * hd + wc * vpw;
+                        let l = ml[h].y;
+                        OUT[o] = a.x / l;
+                        if (KV_F16) {
+                            OUT[o + 1u] = a.y / l;
+                        }
+                    } else {
+                        let o = ((t * p.heads + head) * step.splits + slice) * rec_len + wc * vpw;
+                        PART[o] = a.x;
+                        if (KV_F16) {
+                            PART[o + 1u] = a.y;
+                        }
                     }
                 }
             }
         }
     }
-    if (step.splits > 1u && lid < G) {
-        let o = ((t * p.heads + kvh * G + lid) * step.splits + slice) * rec_len + hd;
+    if (step.splits > 1u && lid < R && t0 + lid / G < step.t) {
+        let t = t0 + lid / G;
+        let o = ((t * p.heads + kvh * G + lid % G) * step.splits + slice) * rec_len + hd;
         PART[o] = ml[lid].x;
         PART[o + 1u] = ml[lid].y;
     }

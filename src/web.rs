@@ -356,13 +356,13 @@ impl WasmEngine {
         self.chat.context_size()
     }
 
-    /// The optional kernel paths in use, by name (`fused`, `split_attention`, `norm_fold`,
-    /// `int_dot`; `subgroups` never in a browser: wgpu's WebGPU backend does not expose it).
+    /// The optional kernel paths in use, by name (`fused`, `split_attention`, `query_tiles`,
+    /// `norm_fold`, `int_dot`; `subgroups` never in a browser: wgpu's WebGPU backend does not expose it).
     #[wasm_bindgen(getter)]
     pub fn fast_paths(&self) -> Vec<String> {
         let Some(m) = self.model.as_ref() else { return vec![] };
         let f = &m.gpu.fast;
-        let all = [(f.fused, "fused"), (f.split_attention, "split_attention"), (f.norm_fold, "norm_fold"), (f.int_dot, "int_dot"), (f.subgroups, "subgroups")];
+        let all = [(f.fused, "fused"), (f.split_attention, "split_attention"), (f.query_tiles, "query_tiles"), (f.norm_fold, "norm_fold"), (f.int_dot, "int_dot"), (f.subgroups, "subgroups")];
         all.iter().filter(|p| p.0).map(|p| p.1.to_string()).collect()
     }
 

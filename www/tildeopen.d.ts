@@ -102,7 +102,7 @@ export interface Engine {
   /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;
   adapterInfo: AdapterInfo | null;
-  /** The optional kernel paths the engine uses: "fused", "split_attention", "norm_fold",
+  /** The optional kernel paths the engine uses: "fused", "split_attention", "query_tiles", "norm_fold",
    *  "int_dot" (only with `intDot`). */
   fastPaths: string[];
   chat: {

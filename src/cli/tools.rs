@@ -112,6 +112,7 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                     "fast_paths": {
                         "fused": gpu.fast.fused, "split_attention": gpu.fast.split_attention,
                         "subgroups": gpu.fast.subgroups, "norm_fold": gpu.fast.norm_fold, "int_dot": gpu.fast.int_dot,
+                        "query_tiles": gpu.fast.query_tiles,
                     },
                 })
             );
@@ -268,6 +269,7 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "subgroups": l.model.gpu.fast.subgroups,
                         "norm_fold": l.model.gpu.fast.norm_fold,
                         "int_dot": l.model.gpu.fast.int_dot,
+                        "query_tiles": l.model.gpu.fast.query_tiles,
                         "bandwidth_gb_s": bw.map(|b| b / 1e9),
                     })
                 );

@@ -28,6 +28,11 @@ pub struct GpuOptions {
     /// input is rounded to 8 bits), so off unless asked for here or with
     /// `TILDEOPEN_INT_DOT=1`.
     pub int_dot: Option<bool>,
+    /// Prefill attention with several tokens per workgroup (each key and value row read once
+    /// for all of them): `None` or `Some(true)` where split attention runs, `Some(false)` one
+    /// token per workgroup. The environment variable `TILDEOPEN_QUERY_TILES=0` or `1`
+    /// overrides `None`.
+    pub query_tiles: Option<bool>,
 }
 
 /// The optional kernel paths a device uses; each has a baseline fallback that is tested.
@@ -46,6 +51,9 @@ pub struct FastPaths {
     pub norm_fold: bool,
     /// Q8 input and integer dot products for the matvecs after a norm; see [`GpuOptions::int_dot`].
     pub int_dot: bool,
+    /// Split attention takes several tokens per workgroup in long passes; see
+    /// [`GpuOptions::query_tiles`].
+    pub query_tiles: bool,
 }
 
 impl FastPaths {
@@ -59,7 +67,8 @@ impl FastPaths {
         let subgroups = !baseline && has_subgroups && opts.subgroups.or_else(|| flag("TILDEOPEN_SUBGROUPS")).unwrap_or(!cpu);
         let norm_fold = !baseline && opts.norm_fold.or_else(|| flag("TILDEOPEN_NORM_FOLD")).unwrap_or(!cpu);
         let int_dot = !baseline && has_int_dot && opts.int_dot.or_else(|| flag("TILDEOPEN_INT_DOT")).unwrap_or(false);
-        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot }
+        let query_tiles = !baseline && opts.query_tiles.or_else(|| flag("TILDEOPEN_QUERY_TILES")).unwrap_or(true);
+        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot, query_tiles }
     }
 }
 

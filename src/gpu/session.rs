@@ -46,8 +46,9 @@ enum Dispatch {
     Threads { per_token: u32 },
     Kv { pairs: u32 },
     Attn { heads: u32 },
-    /// Split decode attention: (KV heads, context slices, tokens).
-    AttnSplit { kv_heads: u32 },
+    /// Split attention: (KV heads, context slices, token tiles of `qt`), for the passes in
+    /// `passes` (a kernel for decode, another for prefill, when their tiles differ).
+    AttnSplit { kv_heads: u32, qt: u32, passes: Passes },
     /// Merging the slices: skipped when the pass needs one.
     AttnCombine { heads: u32 },
 }
@@ -63,6 +64,26 @@ struct Op {
     matvec: Option<([wgpu::ComputePipeline; 2], wgpu::BindGroup)>,
     bind: wgpu::BindGroup,
     dispatch: Dispatch,
+}
+
+/// Which passes an op runs in, by their token count.
+#[derive(Clone, Copy)]
+enum Passes {
+    All,
+    /// At most `MATVEC_MAX_T` tokens (decode, and the matvec's passes).
+    Short,
+    /// More tokens (prefill).
+    Long,
+}
+
+impl Passes {
+    fn take(self, t: u32) -> bool {
+        match self {
+            Passes::All => true,
+            Passes::Short => t <= MATVEC_MAX_T,
+            Passes::Long => t > MATVEC_MAX_T,
+        }
+    }
 }
 
 const MAX_WG: u32 = 65535;
@@ -81,8 +102,9 @@ impl Op {
     fn runs(&self, t: u32, splits: u32) -> bool {
         match self.dispatch {
             Dispatch::AttnCombine { .. } => splits > 1,
-            Dispatch::NormForMatmul => t > MATVEC_MAX_T,
-            Dispatch::QuantForMatvec => t <= MATVEC_MAX_T,
+            Dispatch::NormForMatmul => Passes::Long.take(t),
+            Dispatch::QuantForMatvec => Passes::Short.take(t),
+            Dispatch::AttnSplit { passes, .. } => passes.take(t),
             _ => true,
         }
     }
@@ -93,7 +115,7 @@ impl Op {
             return;
         }
         let (pipe, bind, (x, y, z)) = match self.dispatch {
-            Dispatch::AttnSplit { kv_heads } => (&self.pipeline, &self.bind, (kv_heads, splits.max(1), t)),
+            Dispatch::AttnSplit { kv_heads, qt, .. } => (&self.pipeline, &self.bind, (kv_heads, splits.max(1), t.div_ceil(qt))),
             Dispatch::AttnCombine { heads } => (&self.pipeline, &self.bind, (heads, t, 1)),
             Dispatch::Mat { n, rows } if t <= MATVEC_MAX_T => {
                 let (pipes, bind) = self.matvec.as_ref().unwrap();
@@ -341,42 +363,67 @@ struct Sizes {
     split: Option<Split>,
 }
 
-/// The split decode attention's shape (see `shaders/attn_split.wgsl`).
+/// The split attention's shape (see `shaders/attn_split.wgsl`).
 #[derive(Clone, Copy)]
 struct Split {
     /// Query heads per KV head.
     g: u32,
-    /// Keys per round (G * CHUNK scores fit the kernel's workgroup memory).
-    chunk: u32,
-    /// Threads per head in the softmax reductions.
-    gt: u32,
     /// Value-row words per thread.
     wpt: u32,
+    /// Passes of at most `MATVEC_MAX_T` tokens (decode): one token per workgroup.
+    short: AttnTile,
+    /// Longer passes (prefill, one slice): as many tokens per workgroup as fit.
+    long: AttnTile,
     /// Keys per slice: slices stay at most `MAX_SPLITS` for the whole context.
     span: u32,
     max_splits: u32,
 }
 
+/// How many tokens a split-attention workgroup takes, and what that leaves for the rest.
+#[derive(Clone, Copy, PartialEq)]
+struct AttnTile {
+    /// Tokens per workgroup (R = qt * g query rows).
+    qt: u32,
+    /// Keys per round (R * chunk scores fit the kernel's workgroup memory).
+    chunk: u32,
+    /// Threads per query row in the softmax reductions.
+    gt: u32,
+}
+
 /// The most context slices split attention uses.
 const MAX_SPLITS: u32 = 32;
+/// The kernel's limits: query rows per workgroup, and floats of workgroup memory for their
+/// queries and for their scores.
+const ATTN_MAX_ROWS: u32 = 16;
+const ATTN_Q_FLOATS: u32 = 1536;
+const ATTN_SCORE_FLOATS: u32 = 1536;
+
+impl AttnTile {
+    fn new(g: u32, qt: u32) -> AttnTile {
+        let pow2_at_most = |v: u32| 1u32 << (31 - v.max(1).leading_zeros());
+        let rows = g * qt;
+        AttnTile { qt, chunk: pow2_at_most((ATTN_SCORE_FLOATS / rows).min(256)), gt: pow2_at_most(64 / rows) }
+    }
+}
 
 impl Split {
-    fn plan(c: &ModelConfig, ctx: usize, kv_f16: bool) -> Option<Split> {
+    /// The shape for `c`'s heads (`None` where the kernel cannot take them); `query_tiles`:
+    /// several tokens per workgroup in long passes.
+    fn plan(c: &ModelConfig, ctx: usize, kv_f16: bool, query_tiles: bool) -> Option<Split> {
         let (heads, kvh, hd) = (c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32);
         if kvh == 0 || heads % kvh != 0 {
             return None;
         }
         let g = heads / kvh;
-        if g > 16 || g * hd > 1024 || hd % 8 != 0 || hd > 256 {
+        if g > ATTN_MAX_ROWS || g * hd > ATTN_Q_FLOATS || hd % 8 != 0 || hd > 256 {
             return None;
         }
-        let pow2_at_most = |v: u32| 1u32 << (31 - v.max(1).leading_zeros());
-        let chunk = pow2_at_most((2048 / g).min(256));
-        let gt = pow2_at_most(64 / g);
+        let qt = if query_tiles { (ATTN_MAX_ROWS / g).min(ATTN_Q_FLOATS / (g * hd)).max(1) } else { 1 };
         let words = if kv_f16 { hd / 2 } else { hd };
         let wpt = words.div_ceil(64);
-        let span = chunk * (ctx as u32).div_ceil(chunk * MAX_SPLITS).max(1);
-        Some(Split { g, chunk, gt, wpt, span, max_splits: (ctx as u32).div_ceil(span) })
+        let short = AttnTile::new(g, 1);
+        let span = short.chunk * (ctx as u32).div_ceil(short.chunk * MAX_SPLITS).max(1);
+        Some(Split { g, wpt, short, long: AttnTile::new(g, qt), span, max_splits: (ctx as u32).div_ceil(span) })
     }
 
     /// Slices a pass needs when its latest token is at position `last`.
@@ -418,7 +465,7 @@ impl Sizes {
                 "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
             )));
         }
-        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv_f16) } else { None };
+        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv_f16, gpu.fast.query_tiles) } else { None };
         Ok(Sizes { max_t, max_out, kv_bytes, split })
     }
 }
@@ -654,8 +701,12 @@ impl Builder<'_> {
             ops.push(self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 }));
             return;
         };
-        let k = Kernel::AttnSplit { f16, g: sp.g, chunk: sp.chunk, gt: sp.gt, wpt: sp.wpt };
-        ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32 }));
+        let tiles = if sp.short == sp.long { vec![(sp.short, Passes::All)] } else { vec![(sp.short, Passes::Short), (sp.long, Passes::Long)] };
+        for (tile, passes) in tiles {
+            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, gt: tile.gt, wpt: sp.wpt };
+            let d = Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32, qt: tile.qt, passes };
+            ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], d));
+        }
         ops.push(self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 }));
     }
 
