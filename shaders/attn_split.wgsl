@@ -29,15 +29,17 @@ struct SplitParams {
 
 override KV_F16: bool = true;
 override G: u32 = 1u;       // query heads per KV head
-override QT: u32 = 1u;      // tokens per workgroup (R = QT * G <= MAXR; R * head_dim <= 1536)
-override CHUNK: u32 = 256u; // keys per round (R * CHUNK <= 1536)
+override QT: u32 = 1u;      // tokens per workgroup (R = QT * G <= MAXR)
+override CHUNK: u32 = 256u; // keys per round, a multiple of 64 * KB (R * (head_dim + CHUNK) <= 3072)
+override KB: u32 = 1u;      // keys per thread in the score loop (1 or 2)
 override GT: u32 = 64u;     // threads per row in the softmax reductions (a power of two, R * GT <= 64)
 override WPT: u32 = 1u;     // value-row words per thread: ceil(words per row / 64)
 const MAXR: u32 = 16u;
 const NONE: f32 = -3.0e38;  // the score of a key the row does not attend to
 
-var<workgroup> qs: array<vec4<f32>, 384>; // [R][hd / 4], scaled
-var<workgroup> sc: array<f32, 1536>;      // [R][CHUNK]: scores, then probabilities
+// The R query rows, scaled ([R][hd / 4]), then from `so` their scores and then probabilities
+// ([R][CHUNK / 4]).
+var<workgroup> pool: array<vec4<f32>, 768>;
 var<workgroup> red: array<f32, 64>;
 var<workgroup> ml: array<vec2<f32>, MAXR>; // per row: running (max, sum)
 var<workgroup> corr: array<f32, MAXR>;
@@ -84,11 +86,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         if (t0 + u < step.t) {
             q = Q[((t0 + u) * p.heads + kvh * G + r % G) * hd4 + i % hd4] * p.scale;
         }
-        qs[i] = q;
+        pool[i] = q;
     }
     if (lid < R) {
         ml[lid] = vec2<f32>(NONE, 0.0);
     }
+    let so = R * hd4;
     let g = lid / GT;
     let rr = lid % GT;
     var acc: array<vec2<f32>, 64>; // [WPT][MAXR]
@@ -101,43 +104,68 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     var c0 = lo;
     while (c0 < hi) {
         let n = min(CHUNK, hi - c0);
-        // Scores: one key row per thread, all R rows at once.
-        for (var i = lid; i < n; i += 64u) {
-            let row = c0 + i;
-            var s: array<f32, MAXR>;
-            for (var h = 0u; h < R; h++) {
-                s[h] = 0.0;
+        // Whole vec4s of keys: those past `n` score NONE (a probability of 0).
+        let n4 = (n + 3u) & ~3u;
+        // Scores: KB key rows per thread (64 apart), all R query rows at once: each query
+        // vec4 read from workgroup memory serves KB keys.
+        for (var i0 = lid; i0 < n4; i0 += 64u * KB) {
+            var s: array<f32, 2 * MAXR>; // [KB][R]
+            var base: array<u32, 2>;
+            for (var b = 0u; b < KB; b++) {
+                let row = c0 + min(i0 + 64u * b, n - 1u);
+                base[b] = (row * kv_dim + kvh * hd) / select(4u, 8u, KV_F16);
+                for (var h = 0u; h < R; h++) {
+                    s[b * MAXR + h] = 0.0;
+                }
             }
             if (KV_F16) {
-                let base = (row * kv_dim + kvh * hd) / 8u;
                 for (var w = 0u; w < hd / 8u; w++) {
-                    let kw = KC[base + w];
-                    let ka = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
-                    let kb = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
+                    var ka: array<vec4<f32>, 2>;
+                    var kb: array<vec4<f32>, 2>;
+                    for (var b = 0u; b < KB; b++) {
+                        let kw = KC[base[b] + w];
+                        ka[b] = vec4<f32>(unpack2x16float(kw.x), unpack2x16float(kw.y));
+                        kb[b] = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
+                    }
                     for (var h = 0u; h < R; h++) {
-                        s[h] += dot(ka, qs[h * hd4 + 2u * w]) + dot(kb, qs[h * hd4 + 2u * w + 1u]);
+                        let qa = pool[h * hd4 + 2u * w];
+                        let qb = pool[h * hd4 + 2u * w + 1u];
+                        for (var b = 0u; b < KB; b++) {
+                            s[b * MAXR + h] += dot(ka[b], qa) + dot(kb[b], qb);
+                        }
                     }
                 }
             } else {
-                let base = (row * kv_dim + kvh * hd) / 4u;
                 for (var w = 0u; w < hd4; w++) {
-                    let k = bitcast<vec4<f32>>(KC[base + w]);
+                    var k: array<vec4<f32>, 2>;
+                    for (var b = 0u; b < KB; b++) {
+                        k[b] = bitcast<vec4<f32>>(KC[base[b] + w]);
+                    }
                     for (var h = 0u; h < R; h++) {
-                        s[h] += dot(k, qs[h * hd4 + w]);
+                        let q = pool[h * hd4 + w];
+                        for (var b = 0u; b < KB; b++) {
+                            s[b * MAXR + h] += dot(k[b], q);
+                        }
                     }
                 }
             }
-            for (var h = 0u; h < R; h++) {
-                let u = h / G;
-                sc[h * CHUNK + i] = select(NONE, s[h], row >= ts[u] && row < te[u]);
+            for (var b = 0u; b < KB; b++) {
+                let i = i0 + 64u * b;
+                let row = c0 + i;
+                if (i < n4) {
+                    for (var h = 0u; h < R; h++) {
+                        let u = h / G;
+                        pool[so + (h * CHUNK + i) / 4u][i % 4u] = select(NONE, s[b * MAXR + h], i < n && row >= ts[u] && row < te[u]);
+                    }
+                }
             }
         }
         workgroupBarrier();
         // Per row (GT threads each): the round's max, then probabilities and their sum.
         var mx = NONE;
         if (g < R) {
-            for (var i = rr; i < n; i += GT) {
-                mx = max(mx, sc[g * CHUNK + i]);
+            for (var i = rr; i < n4; i += GT) {
+                mx = max(mx, pool[so + (g * CHUNK + i) / 4u][i % 4u]);
             }
         }
         red[lid] = mx;
@@ -155,10 +183,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         workgroupBarrier();
         var sum = 0.0;
         if (g < R) {
-            for (var i = rr; i < n; i += GT) {
-                let v = sc[g * CHUNK + i];
+            for (var i = rr; i < n4; i += GT) {
+                let v = pool[so + (g * CHUNK + i) / 4u][i % 4u];
                 let e = select(0.0, exp(v - m_new), v > NONE);
-                sc[g * CHUNK + i] = e;
+                pool[so + (g * CHUNK + i) / 4u][i % 4u] = e;
                 sum += e;
             }
         }
@@ -184,15 +212,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 for (var h = 0u; h < R; h++) {
                     acc[c * MAXR + h] *= corr[h];
                 }
-                let vbase = c0 * (kv_dim / vpw) + kvh * wcols + wc;
-                for (var i = 0u; i < n; i++) {
-                    let vw = VC[vbase + i * (kv_dim / vpw)];
-                    var v = vec2<f32>(bitcast<f32>(vw), 0.0);
-                    if (KV_F16) {
-                        v = unpack2x16float(vw);
+                let vstride = kv_dim / vpw;
+                let vbase = c0 * vstride + kvh * wcols + wc;
+                // Four keys at a time: one workgroup-memory load of their four probabilities
+                // per query row (the rows of the last round past `n` hold zeros).
+                for (var i = 0u; i < n4; i += 4u) {
+                    var v: array<vec2<f32>, 4>;
+                    for (var k = 0u; k < 4u; k++) {
+                        let vw = VC[vbase + min(i + k, n - 1u) * vstride];
+                        v[k] = vec2<f32>(bitcast<f32>(vw), 0.0);
+                        if (KV_F16) {
+                            v[k] = unpack2x16float(vw);
+                        }
                     }
                     for (var h = 0u; h < R; h++) {
-                        acc[c * MAXR + h] = fma(vec2<f32>(sc[h * CHUNK + i]), v, acc[c * MAXR + h]);
+                        let pr = pool[so + (h * CHUNK + i) / 4u];
+                        var a = acc[c * MAXR + h];
+                        a = fma(vec2<f32>(pr.x), v[0], a);
+                        a = fma(vec2<f32>(pr.y), v[1], a);
+                        a = fma(vec2<f32>(pr.z), v[2], a);
+                        a = fma(vec2<f32>(pr.w), v[3], a);
+                        acc[c * MAXR + h] = a;
                     }
                 }
             }

@@ -39,8 +39,9 @@ pub enum Kernel {
     KvCopy,
     Attention { f16: bool },
     /// Split attention: `g` query heads per KV head, `qt` tokens per workgroup, `chunk` keys per
-    /// round, `gt` threads per query row in its reductions, `wpt` value words per thread.
-    AttnSplit { f16: bool, g: u32, qt: u32, chunk: u32, gt: u32, wpt: u32 },
+    /// round, `kb` keys per thread in its score loop, `gt` threads per query row in its
+    /// reductions, `wpt` value words per thread.
+    AttnSplit { f16: bool, g: u32, qt: u32, chunk: u32, kb: u32, gt: u32, wpt: u32 },
     AttnCombine,
     SwiGlu,
     Argmax,
@@ -197,11 +198,12 @@ impl Kernel {
             }
             Kernel::MatMul { acc, glu, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("GLU", glu as u8 as f64)],
             Kernel::KvStore { f16 } | Kernel::Attention { f16 } | Kernel::RopeKv { f16 } => vec![("KV_F16", f16 as u8 as f64)],
-            Kernel::AttnSplit { f16, g, qt, chunk, gt, wpt } => vec![
+            Kernel::AttnSplit { f16, g, qt, chunk, kb, gt, wpt } => vec![
                 ("KV_F16", f16 as u8 as f64),
                 ("G", g as f64),
                 ("QT", qt as f64),
                 ("CHUNK", chunk as f64),
+                ("KB", kb as f64),
                 ("GT", gt as f64),
                 ("WPT", wpt as f64),
             ],

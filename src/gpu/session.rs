@@ -384,8 +384,10 @@ struct Split {
 struct AttnTile {
     /// Tokens per workgroup (R = qt * g query rows).
     qt: u32,
-    /// Keys per round (R * chunk scores fit the kernel's workgroup memory).
+    /// Keys per round (R queries and R * chunk scores fit the kernel's workgroup memory).
     chunk: u32,
+    /// Keys per thread in the score loop: 2 where a round has 128 keys or more.
+    kb: u32,
     /// Threads per query row in the softmax reductions.
     gt: u32,
 }
@@ -393,16 +395,18 @@ struct AttnTile {
 /// The most context slices split attention uses.
 const MAX_SPLITS: u32 = 32;
 /// The kernel's limits: query rows per workgroup, and floats of workgroup memory for their
-/// queries and for their scores.
+/// queries and scores together.
 const ATTN_MAX_ROWS: u32 = 16;
-const ATTN_Q_FLOATS: u32 = 1536;
-const ATTN_SCORE_FLOATS: u32 = 1536;
+const ATTN_POOL_FLOATS: u32 = 3072;
 
 impl AttnTile {
-    fn new(g: u32, qt: u32) -> AttnTile {
+    /// The tile for `qt` tokens of `g` query heads of `hd` values: the largest round of keys
+    /// (at most 256, a power of two) whose scores fit beside the queries.
+    fn new(g: u32, qt: u32, hd: u32) -> AttnTile {
         let pow2_at_most = |v: u32| 1u32 << (31 - v.max(1).leading_zeros());
         let rows = g * qt;
-        AttnTile { qt, chunk: pow2_at_most((ATTN_SCORE_FLOATS / rows).min(256)), gt: pow2_at_most(64 / rows) }
+        let chunk = pow2_at_most(((ATTN_POOL_FLOATS - rows * hd) / rows).min(256));
+        AttnTile { qt, chunk, kb: if chunk >= 128 { 2 } else { 1 }, gt: pow2_at_most(64 / rows) }
     }
 }
 
@@ -415,15 +419,17 @@ impl Split {
             return None;
         }
         let g = heads / kvh;
-        if g > ATTN_MAX_ROWS || g * hd > ATTN_Q_FLOATS || hd % 8 != 0 || hd > 256 {
+        // Rounds of at least 64 keys (one per thread) beside the queries.
+        if g > ATTN_MAX_ROWS || g * (hd + 64) > ATTN_POOL_FLOATS || hd % 8 != 0 || hd > 256 {
             return None;
         }
-        let qt = if query_tiles { (ATTN_MAX_ROWS / g).min(ATTN_Q_FLOATS / (g * hd)).max(1) } else { 1 };
+        // Long passes: as many tokens as keep rounds of 128 keys (two per thread).
+        let qt = if query_tiles { (ATTN_MAX_ROWS / g).min(ATTN_POOL_FLOATS / (g * (hd + 128))).max(1) } else { 1 };
         let words = if kv_f16 { hd / 2 } else { hd };
         let wpt = words.div_ceil(64);
-        let short = AttnTile::new(g, 1);
+        let short = AttnTile::new(g, 1, hd);
         let span = short.chunk * (ctx as u32).div_ceil(short.chunk * MAX_SPLITS).max(1);
-        Some(Split { g, wpt, short, long: AttnTile::new(g, qt), span, max_splits: (ctx as u32).div_ceil(span) })
+        Some(Split { g, wpt, short, long: AttnTile::new(g, qt, hd), span, max_splits: (ctx as u32).div_ceil(span) })
     }
 
     /// Slices a pass needs when its latest token is at position `last`.
@@ -703,7 +709,7 @@ impl Builder<'_> {
         };
         let tiles = if sp.short == sp.long { vec![(sp.short, Passes::All)] } else { vec![(sp.short, Passes::Short), (sp.long, Passes::Long)] };
         for (tile, passes) in tiles {
-            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, gt: tile.gt, wpt: sp.wpt };
+            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt };
             let d = Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32, qt: tile.qt, passes };
             ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], d));
         }
