@@ -26,6 +26,19 @@ fn rd_u32(b: u32) -> u32 {
     return (W[i] >> s) | (W[i + 1u] << (32u - s));
 }
 
+// `n` (at most 8) 32-bit words starting at byte `b` (even) into `q`: whole words, or two
+// halves joined where `b` is 2 bytes past a word (Q8_0's and Q4_0's quants).
+fn words_at(b: u32, n: u32, q: ptr<function, array<u32, 8>>) {
+    let q0 = b >> 2u;
+    let odd = (b & 2u) != 0u;
+    var w = W[q0];
+    for (var i = 0u; i < n; i++) {
+        let nx = W[q0 + i + 1u];
+        (*q)[i] = select(w, (w >> 16u) | (nx << 16u), odd);
+        w = nx;
+    }
+}
+
 fn rd_f16(b: u32) -> f32 {
     return unpack2x16float(rd_u16(b)).x;
 }

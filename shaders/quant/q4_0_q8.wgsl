@@ -8,20 +8,11 @@ fn q4s(q: u32, sh: u32) -> u32 {
 }
 
 fn dot32q(rb: u32, e: u32, xq: ptr<function, array<u32, 8>>, xs: vec2<f32>) -> f32 {
-    let bo = rb + (e >> 5u) * 18u;
-    let d = rd_f16(bo);
-    let q0 = (bo + 2u) >> 2u;
-    let odd = ((bo + 2u) & 3u) != 0u;
+    var q: array<u32, 8>;
+    let d = q4_0_block(rb, e, &q);
     var s = 0i;
-    var w = W[q0];
     for (var i = 0u; i < 4u; i++) {
-        let nx = W[q0 + i + 1u];
-        var q = w;
-        if (odd) {
-            q = (w >> 16u) | (nx << 16u);
-        }
-        s += dot4I8Packed(q4s(q, 0u), (*xq)[i]) + dot4I8Packed(q4s(q, 4u), (*xq)[4u + i]);
-        w = nx;
+        s += dot4I8Packed(q4s(q[i], 0u), (*xq)[i]) + dot4I8Packed(q4s(q[i], 4u), (*xq)[4u + i]);
     }
     return f32(s) * d * xs.x;
 }

@@ -2,16 +2,10 @@
 // (unsigned, 0..15, so valid signed bytes), its scale times the integer dot product minus its
 // minimum times the block's sum (XS.y).
 fn dot32q(rb: u32, e: u32, xq: ptr<function, array<u32, 8>>, xs: vec2<f32>) -> f32 {
-    let bo = rb + (e >> 8u) * 144u;
-    let w = e & 255u;
-    let g = w >> 6u;
-    let hi = (w >> 5u) & 1u;
-    let dm = k_sub_dm(bo, w);
-    let q0 = (bo + 16u + 32u * g) >> 2u;
-    let sh = hi * 4u;
+    let sub = q4k_sub(rb, e);
     var s = 0i;
     for (var i = 0u; i < 8u; i++) {
-        s += dot4I8Packed((W[q0 + i] >> sh) & 0x0f0f0f0fu, (*xq)[i]);
+        s += dot4I8Packed((W[sub.q0 + i] >> sub.sh) & 0x0f0f0f0fu, (*xq)[i]);
     }
-    return dm.x * xs.x * f32(s) - dm.y * xs.y;
+    return sub.dm.x * xs.x * f32(s) - sub.dm.y * xs.y;
 }

@@ -7,21 +7,20 @@ fn dequant8(rb: u32, e: u32) -> F8 {
 }
 
 // One whole block against X: nine aligned loads, funnel-shifted when the block is 2-aligned.
-fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+// The block holding element `e` (a multiple of 32): its 8 words of quants into `q`, and its
+// scale (dot32 and the integer dot's dot32q share it).
+fn q8_0_block(rb: u32, e: u32, q: ptr<function, array<u32, 8>>) -> f32 {
     let bo = rb + (e >> 5u) * 34u;
-    let d = rd_f16(bo);
-    let q0 = (bo + 2u) >> 2u;
-    let odd = ((bo + 2u) & 3u) != 0u;
+    words_at(bo + 2u, 8u, q);
+    return rd_f16(bo);
+}
+
+fn dot32(rb: u32, e: u32, xv: ptr<function, array<vec4<f32>, 8>>) -> f32 {
+    var q: array<u32, 8>;
+    let d = q8_0_block(rb, e, &q);
     var s = 0.0;
-    var w = W[q0];
     for (var i = 0u; i < 8u; i++) {
-        let nx = W[q0 + i + 1u];
-        var q = w;
-        if (odd) {
-            q = (w >> 16u) | (nx << 16u);
-        }
-        s += dot(i8x4(q), (*xv)[i]);
-        w = nx;
+        s += dot(i8x4(q[i]), (*xv)[i]);
     }
     return s * d;
 }
