@@ -361,9 +361,7 @@ impl WasmEngine {
     #[wasm_bindgen(getter)]
     pub fn fast_paths(&self) -> Vec<String> {
         let Some(m) = self.model.as_ref() else { return vec![] };
-        let f = &m.gpu.fast;
-        let all = [(f.fused, "fused"), (f.split_attention, "split_attention"), (f.query_tiles, "query_tiles"), (f.norm_fold, "norm_fold"), (f.int_dot, "int_dot"), (f.subgroups, "subgroups")];
-        all.iter().filter(|p| p.0).map(|p| p.1.to_string()).collect()
+        m.gpu.fast.by_name().iter().filter(|p| p.1).map(|p| p.0.to_string()).collect()
     }
 
     /// The GPU adapter's name and backend.

@@ -109,11 +109,7 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                     "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
                     "max_buffer_size": l.max_buffer_size, "engine_max_binding": gpu.max_binding,
                     // The optional kernel paths this device gets (TILDEOPEN_* variables apply).
-                    "fast_paths": {
-                        "fused": gpu.fast.fused, "split_attention": gpu.fast.split_attention,
-                        "subgroups": gpu.fast.subgroups, "norm_fold": gpu.fast.norm_fold, "int_dot": gpu.fast.int_dot,
-                        "query_tiles": gpu.fast.query_tiles,
-                    },
+                    "fast_paths": gpu.fast.by_name().iter().map(|&(k, on)| (k.to_string(), serde_json::Value::Bool(on))).collect::<serde_json::Map<_, _>>(),
                 })
             );
         }

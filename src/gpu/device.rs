@@ -70,6 +70,18 @@ impl FastPaths {
         let query_tiles = !baseline && opts.query_tiles.or_else(|| flag("TILDEOPEN_QUERY_TILES")).unwrap_or(true);
         FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot, query_tiles }
     }
+
+    /// Every path by the name `tildeopen info` and the JS `engine.fastPaths` report it under.
+    pub fn by_name(&self) -> [(&'static str, bool); 6] {
+        [
+            ("fused", self.fused),
+            ("split_attention", self.split_attention),
+            ("query_tiles", self.query_tiles),
+            ("norm_fold", self.norm_fold),
+            ("int_dot", self.int_dot),
+            ("subgroups", self.subgroups),
+        ]
+    }
 }
 
 /// A device and queue plus the limits the engine plans with. Cloning shares the device and its
