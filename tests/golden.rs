@@ -205,3 +205,62 @@ fn bad_tokens_and_context_overflow_are_errors() {
     assert!(e.contains("context"), "{e}");
     assert_eq!(s.position(), 0);
 }
+
+/// The subgroup matvec (and the norms folded into it) must not depend on the subgroup size:
+/// WGSL leaves it to the device (4 to 128; NVIDIA 32, AMD 32 or 64, Intel 8 to 32), and lavapipe
+/// has one, 8 lanes here. lavapipe's follows `LP_NATIVE_VECTOR_WIDTH`, read once per process, so
+/// this test runs itself again in a child process with 128-bit vectors (4 lanes, WGSL's
+/// smallest) and there checks every fixture GGUF of `tiny-tildeopen` (every weight type) and
+/// the decoupled one against the goldens with the GPU defaults. On a device other than lavapipe
+/// the child check runs at the device's own size.
+#[test]
+fn subgroup_kernels_at_another_subgroup_size() {
+    const CHILD: &str = "TILDEOPEN_TEST_SUBGROUP_SIZE";
+    let want = std::env::var(CHILD).ok().map(|v| v.parse::<u32>().unwrap());
+    let probe = gpu_subgroups();
+    if want.is_none() && probe.info.name.contains("llvmpipe") {
+        println!("{}: subgroup size {}; checking at 4 in a child process", probe.info.name, probe.info.subgroup_min_size);
+        drop(probe);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["subgroup_kernels_at_another_subgroup_size", "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "4")
+            .env("LP_NATIVE_VECTOR_WIDTH", "128")
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        println!("{log}");
+        assert!(out.status.success(), "the check at subgroup size 4 failed");
+        assert!(log.contains("1 passed"), "the child ran no test");
+        return;
+    }
+    if let Some(n) = want {
+        let info = &probe.info;
+        assert_eq!((info.subgroup_min_size, info.subgroup_max_size), (n, n), "{}: subgroup size not {n}", info.name);
+    }
+    drop(probe);
+    for gpu in [gpu_subgroups(), gpu_norm_fold(true)] {
+        for (name, model_path, golden_path) in cases() {
+            if !(name.starts_with("tiny-tildeopen/model-") || name == "tiny-tildeopen-decoupled/model-Q4_K_M") {
+                continue;
+            }
+            let g = golden(&golden_path);
+            let model = load_on(&model_path, &gpu);
+            // The subgroup matvec serves passes of up to 16 tokens: the input in passes of 5
+            // (its 8-token loop) and the first 12 one at a time (its one-token pipeline).
+            let mut s = Session::new(&model, opts(false)).unwrap();
+            let mut logits = vec![];
+            for piece in g.input_ids.chunks(5) {
+                logits.extend(pollster::block_on(s.logits_all(piece)).unwrap());
+            }
+            s.reset();
+            let mut one = vec![];
+            for &t in &g.input_ids[..12] {
+                pollster::block_on(s.feed(&[t])).unwrap();
+                one.push(pollster::block_on(s.last_logits()).unwrap());
+            }
+            let d = max_abs_diff(&logits, &g.logits).max(max_abs_diff(&one, &g.logits[..12]));
+            println!("{name} subgroup size {} norm_fold={}: max |dlogit| = {d:.6}", gpu.info.subgroup_min_size, gpu.fast.norm_fold);
+            assert!(d <= 0.01, "{name} (subgroup size {}, norm fold {}): max |dlogit| {d} > 0.01", gpu.info.subgroup_min_size, gpu.fast.norm_fold);
+        }
+    }
+}
