@@ -37,12 +37,22 @@ override WPT: u32 = 1u;     // value-row words per thread: ceil(words per row / 
 const MAXR: u32 = 16u;
 const NONE: f32 = -3.0e38;  // the score of a key the row does not attend to
 
-// The R query rows, scaled ([R][hd / 4]), then from `so` their scores and then probabilities
-// ([R][CHUNK / 4]).
-var<workgroup> pool: array<vec4<f32>, 768>;
+// The R query rows, scaled ([R][hd / 4]), and their scores, then probabilities ([R][CHUNK]):
+// sized by the pipeline (QV = R * hd / 4, SC = R * CHUNK; 4 * QV + SC <= 3072). The scores are
+// scalars, read four at a time by `prob4`: neighbouring threads write neighbouring keys' scores,
+// and a store to one component of a vec4 may write the whole vector (WGSL's memory model allows
+// it, Metal may do it), which would race. Each query vec4 is written whole by one thread.
+override QV: u32 = 256u;
+override SC: u32 = 1024u;
+var<workgroup> qpool: array<vec4<f32>, QV>;
+var<workgroup> spool: array<f32, SC>;
 var<workgroup> red: array<f32, 64>;
 var<workgroup> ml: array<vec2<f32>, MAXR>; // per row: running (max, sum)
 var<workgroup> corr: array<f32, MAXR>;
+
+fn prob4(j: u32) -> vec4<f32> {
+    return vec4<f32>(spool[j], spool[j + 1u], spool[j + 2u], spool[j + 3u]);
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -86,12 +96,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         if (t0 + u < step.t) {
             q = Q[((t0 + u) * p.heads + kvh * G + r % G) * hd4 + i % hd4] * p.scale;
         }
-        pool[i] = q;
+        qpool[i] = q;
     }
     if (lid < R) {
         ml[lid] = vec2<f32>(NONE, 0.0);
     }
-    let so = R * hd4;
     let g = lid / GT;
     let rr = lid % GT;
     var acc: array<vec2<f32>, 64>; // [WPT][MAXR]
@@ -128,8 +137,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                         kb[b] = vec4<f32>(unpack2x16float(kw.z), unpack2x16float(kw.w));
                     }
                     for (var h = 0u; h < R; h++) {
-                        let qa = pool[h * hd4 + 2u * w];
-                        let qb = pool[h * hd4 + 2u * w + 1u];
+                        let qa = qpool[h * hd4 + 2u * w];
+                        let qb = qpool[h * hd4 + 2u * w + 1u];
                         for (var b = 0u; b < KB; b++) {
                             s[b * MAXR + h] += dot(ka[b], qa) + dot(kb[b], qb);
                         }
@@ -142,7 +151,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                         k[b] = bitcast<vec4<f32>>(KC[base[b] + w]);
                     }
                     for (var h = 0u; h < R; h++) {
-                        let q = pool[h * hd4 + w];
+                        let q = qpool[h * hd4 + w];
                         for (var b = 0u; b < KB; b++) {
                             s[b * MAXR + h] += dot(k[b], q);
                         }
@@ -155,7 +164,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 if (i < n4) {
                     for (var h = 0u; h < R; h++) {
                         let u = h / G;
-                        pool[so + (h * CHUNK + i) / 4u][i % 4u] = select(NONE, s[b * MAXR + h], i < n && row >= ts[u] && row < te[u]);
+                        spool[h * CHUNK + i] = select(NONE, s[b * MAXR + h], i < n && row >= ts[u] && row < te[u]);
                     }
                 }
             }
@@ -165,7 +174,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         var mx = NONE;
         if (g < R) {
             for (var i = rr; i < n4; i += GT) {
-                mx = max(mx, pool[so + (g * CHUNK + i) / 4u][i % 4u]);
+                mx = max(mx, spool[g * CHUNK + i]);
             }
         }
         red[lid] = mx;
@@ -184,9 +193,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         var sum = 0.0;
         if (g < R) {
             for (var i = rr; i < n4; i += GT) {
-                let v = pool[so + (g * CHUNK + i) / 4u][i % 4u];
+                let v = spool[g * CHUNK + i];
                 let e = select(0.0, exp(v - m_new), v > NONE);
-                pool[so + (g * CHUNK + i) / 4u][i % 4u] = e;
+                spool[g * CHUNK + i] = e;
                 sum += e;
             }
         }
@@ -226,7 +235,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                         }
                     }
                     for (var h = 0u; h < R; h++) {
-                        let pr = pool[so + (h * CHUNK + i) / 4u];
+                        let pr = prob4(h * CHUNK + i);
                         var a = acc[c * MAXR + h];
                         a = fma(vec2<f32>(pr.x), v[0], a);
                         a = fma(vec2<f32>(pr.y), v[1], a);

@@ -41,7 +41,7 @@ pub enum Kernel {
     /// Split attention: `g` query heads per KV head, `qt` tokens per workgroup, `chunk` keys per
     /// round, `kb` keys per thread in its score loop, `gt` threads per query row in its
     /// reductions, `wpt` value words per thread.
-    AttnSplit { f16: bool, g: u32, qt: u32, chunk: u32, kb: u32, gt: u32, wpt: u32 },
+    AttnSplit { f16: bool, g: u32, qt: u32, chunk: u32, kb: u32, gt: u32, wpt: u32, hd: u32 },
     AttnCombine,
     SwiGlu,
     Argmax,
@@ -198,7 +198,7 @@ impl Kernel {
             }
             Kernel::MatMul { acc, glu, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("GLU", glu as u8 as f64)],
             Kernel::KvStore { f16 } | Kernel::Attention { f16 } | Kernel::RopeKv { f16 } => vec![("KV_F16", f16 as u8 as f64)],
-            Kernel::AttnSplit { f16, g, qt, chunk, kb, gt, wpt } => vec![
+            Kernel::AttnSplit { f16, g, qt, chunk, kb, gt, wpt, hd } => vec![
                 ("KV_F16", f16 as u8 as f64),
                 ("G", g as f64),
                 ("QT", qt as f64),
@@ -206,6 +206,9 @@ impl Kernel {
                 ("KB", kb as f64),
                 ("GT", gt as f64),
                 ("WPT", wpt as f64),
+                // Workgroup memory: the queries (vec4s) and the scores.
+                ("QV", (qt * g * hd / 4) as f64),
+                ("SC", (qt * g * chunk) as f64),
             ],
             _ => vec![],
         }

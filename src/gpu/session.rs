@@ -709,7 +709,7 @@ impl Builder<'_> {
         };
         let tiles = if sp.short == sp.long { vec![(sp.short, Passes::All)] } else { vec![(sp.short, Passes::Short), (sp.long, Passes::Long)] };
         for (tile, passes) in tiles {
-            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt };
+            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt, hd: c.head_dim as u32 };
             let d = Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32, qt: tile.qt, passes };
             ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], d));
         }
