@@ -23,3 +23,9 @@ struct MatParams {
     _p1: u32,
     _p2: u32,
 }
+
+// Two f32 as f16 in one u32 (the f16 KV cache). pack2x16float is indeterminate beyond f16's
+// range, so values are clamped to +-65504 first: a cache entry is never Inf or garbage.
+fn pack_f16(v: vec2<f32>) -> u32 {
+    return pack2x16float(clamp(v, vec2<f32>(-65504.0), vec2<f32>(65504.0)));
+}

@@ -29,8 +29,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let k = K[src];
     let v = V[src];
     if (KV_F16) {
-        KC[dst] = pack2x16float(k);
-        VC[dst] = pack2x16float(v);
+        KC[dst] = pack_f16(k);
+        VC[dst] = pack_f16(v);
     } else {
         KC[2u * dst] = bitcast<u32>(k.x);
         KC[2u * dst + 1u] = bitcast<u32>(k.y);

@@ -30,9 +30,9 @@ fn store(row: u32, d: u32, v: vec2<f32>, is_k: bool) {
     if (KV_F16) {
         let o = (row * kv_dim + d) / 2u;
         if (is_k) {
-            KC[o] = pack2x16float(v);
+            KC[o] = pack_f16(v);
         } else {
-            VC[o] = pack2x16float(v);
+            VC[o] = pack_f16(v);
         }
     } else {
         let o = row * kv_dim + d;

@@ -191,6 +191,8 @@ fn invalid_config_values_name_the_field() {
         ("num_hidden_layers", serde_json::json!(0)),
         ("hidden_size", serde_json::json!("big")),
         ("vocab_size", serde_json::json!(0)),
+        // 2^22 rows / 64 per workgroup would exceed one dispatch dimension (65535).
+        ("vocab_size", serde_json::json!(1u64 << 22)),
         ("num_key_value_heads", serde_json::json!(3)),
         ("intermediate_size", serde_json::json!(1.5)),
         // Found by the hf_config fuzz target: a zero factor gave infinite rotary frequencies.
@@ -272,4 +274,29 @@ fn shard_index_names_stay_inside_the_checkpoint() {
         let e = index_shards(&text, "index").expect_err(bad).to_string();
         assert!(e.contains("not a file name"), "{bad}: {e}");
     }
+}
+
+/// Weights that make every logit NaN (a NaN final norm): greedy decoding says the activations
+/// overflowed instead of emitting a token id past the vocabulary (the GPU argmax of a row with
+/// no finite logit) or token 0.
+#[test]
+fn nan_logits_are_an_error() {
+    let d = tmpdir("nan");
+    let src = fixtures().join("models/tiny-tildeopen");
+    for f in ["config.json", "generation_config.json", "tokenizer.model", "tokenizer_config.json"] {
+        std::os::unix::fs::symlink(src.join(f), d.join(f)).unwrap();
+    }
+    let mut bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &header["model.norm.weight"];
+    assert_eq!(t["dtype"], "BF16");
+    let (a, b) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+    for w in bytes[8 + n + a..8 + n + b].chunks_mut(2) {
+        w.copy_from_slice(&0x7fc0u16.to_le_bytes()); // bf16 NaN
+    }
+    std::fs::write(d.join("model.safetensors"), &bytes).unwrap();
+    let args = ["complete", "--model", d.to_str().unwrap(), "--tokens", "1,2,3", "--max-tokens", "2", "--temperature", "0"];
+    let (code, _, err) = cli(&args);
+    check(&args, code, &err, "no finite logit");
 }

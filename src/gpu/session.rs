@@ -450,7 +450,8 @@ impl Sizes {
             return Err(Error::Input("a session needs at least one sequence".into()));
         }
         let widest = c.hidden_size.max(c.q_dim()).max(c.intermediate_size) as u64 * 4;
-        let max_t = (maxb / widest).min(opts.max_batch as u64).min((opts.ctx_size * opts.sequences) as u64) as usize;
+        // At most 65535: several kernels put the pass's tokens in one dispatch dimension.
+        let max_t = (maxb / widest).min(opts.max_batch as u64).min((opts.ctx_size * opts.sequences) as u64).min(65535) as usize;
         let max_out = (maxb / (c.vocab_size as u64 * 4)).min(max_t as u64) as usize;
         if max_t == 0 || max_out == 0 {
             return Err(Error::Gpu(format!(
@@ -1025,7 +1026,12 @@ impl Session {
     /// GPU: 4 bytes a row are read back).
     pub async fn output_argmax(&self, rows: usize) -> Result<Vec<u32>> {
         let b = self.model.gpu.read(&self.bufs.argmax, 0, (rows * 4) as u64).await?;
-        Ok(bytemuck::cast_slice(&b).to_vec())
+        let ids: Vec<u32> = bytemuck::cast_slice(&b).to_vec();
+        // A row without one finite logit (NaN or -inf throughout) has no argmax.
+        if let Some(r) = ids.iter().position(|&i| i as usize >= self.model.cfg.vocab_size) {
+            return Err(Error::Gpu(format!("output row {r} has no finite logit: the activations overflowed")));
+        }
+        Ok(ids)
     }
 
     /// The logits of the first `rows` output rows of the last pass.

@@ -206,7 +206,8 @@ impl ModelConfig {
             ("num_attention_heads", c.num_heads, 1 << 12),
             ("num_key_value_heads", c.num_kv_heads, 1 << 12),
             ("head_dim", c.head_dim, 256),
-            ("vocab_size", c.vocab_size, 1 << 22),
+            // 2^21: the output head's matmul puts rows / 64 workgroups in one dimension (at most 65535).
+            ("vocab_size", c.vocab_size, 1 << 21),
             ("max_position_embeddings", c.max_position_embeddings, 1 << 24),
         ] {
             if v == 0 || v > max {
