@@ -261,6 +261,58 @@ fn gguf_offsets_that_lie() {
         Ok(_) => panic!("a byte size past u64 accepted"),
         Err(e) => assert!(e.to_string().contains("overflow"), "{e}"),
     }
+    // A zero dimension makes every product 0, whatever the others claim.
+    let mut bad = src.clone();
+    bad[at + 4..at + 12].copy_from_slice(&0u64.to_le_bytes());
+    for d in 1..nd {
+        bad[at + 4 + 8 * d..at + 12 + 8 * d].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    }
+    match tildeopen::model::gguf::Gguf::parse(&bad, bad.len() as u64, "bad.gguf") {
+        Ok(_) => panic!("a zero dimension accepted"),
+        Err(e) => assert!(e.to_string().contains("zero dimension"), "{e}"),
+    }
+}
+
+/// A metadata array of more elements than any vocabulary is refused before it is allocated
+/// (each parsed element takes 32 times the byte it is in the file).
+#[test]
+fn gguf_metadata_array_too_long() {
+    let n = (1u64 << 24) + 1;
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
+    b.extend_from_slice(&1u64.to_le_bytes()); // metadata entries
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(b'x');
+    b.extend_from_slice(&9u32.to_le_bytes()); // array
+    b.extend_from_slice(&0u32.to_le_bytes()); // of u8
+    b.extend_from_slice(&n.to_le_bytes());
+    b.resize(b.len() + n as usize, 7);
+    match tildeopen::model::gguf::Gguf::parse(&b, b.len() as u64, "long.gguf") {
+        Ok(_) => panic!("a {n}-element array accepted"),
+        Err(e) => assert!(e.to_string().contains("metadata array"), "{e}"),
+    }
+}
+
+/// A checkpoint whose config unties the head but which has no lm_head is an error, not logits
+/// read through the embedding.
+#[test]
+fn untied_head_without_lm_head() {
+    let src_dir = fixtures().join("models/tiny-tildeopen");
+    let d = tmpdir("nohead");
+    std::fs::copy(src_dir.join("config.json"), d.join("config.json")).unwrap();
+    let bytes = std::fs::read(src_dir.join("model.safetensors")).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    let renamed = header.replacen("\"lm_head.weight\"", "\"lm_head.unused\"", 1);
+    assert_ne!(renamed, header, "fixture header layout changed");
+    let mut out = (renamed.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(renamed.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(d.join("model.safetensors"), &out).unwrap();
+    let opts = tildeopen::model::LoadOptions::default();
+    let e = pollster::block_on(tildeopen::Model::load(&d, &opts)).err().expect("loaded an untied model without its head").to_string();
+    assert!(e.contains("lm_head"), "{e}");
 }
 
 /// A sharded checkpoint's index may only name files inside its directory.

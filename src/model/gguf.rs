@@ -64,6 +64,10 @@ pub struct Gguf {
     pub data_offset: u64,
 }
 
+/// The most elements a metadata array may have (the largest real vocabularies and merge lists
+/// are a few hundred thousand).
+const MAX_ARRAY: u64 = 1 << 24;
+
 struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
@@ -123,6 +127,12 @@ impl<'a> Reader<'a> {
                 if n.saturating_mul(min_bytes) > (self.b.len() - self.pos) as u64 {
                     return Err(Error::corrupt(self.path, "truncated GGUF header (array)"));
                 }
+                // A parsed element takes far more memory than its bytes in the file (a u8 is a
+                // 32-byte Value): a count beyond any real vocabulary or merge list is refused
+                // before it is allocated, whatever the file's size.
+                if n > MAX_ARRAY {
+                    return Err(Error::corrupt(self.path, format!("a metadata array of {n} elements (at most {MAX_ARRAY})")));
+                }
                 let mut v = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     v.push(self.value(et, depth + 1)?);
@@ -179,6 +189,9 @@ impl Gguf {
                 return Err(Error::corrupt(path, format!("tensor {name} has {nd} dimensions")));
             }
             let dims = (0..nd).map(|_| r.u64()).collect::<Result<Vec<_>>>()?;
+            if dims.contains(&0) {
+                return Err(Error::corrupt(path, format!("tensor {name} has a zero dimension ({dims:?})")));
+            }
             let ty_id = r.u32()?;
             let off = r.u64()?;
             raw.push((name, dims, ty_id, off));
@@ -298,7 +311,9 @@ impl Gguf {
 /// rotation convention serves both formats.
 pub fn host_tensor<'a>(info: &TensorInfo, data: &'a [u8], rows: usize, cols: usize, cfg: &ModelConfig) -> Result<HostTensor<'a>> {
     let name = &info.name;
-    let (c, r) = (info.dims[0] as usize, info.dims.iter().skip(1).product::<u64>() as usize);
+    // Products were checked against overflow at parse time; on 32-bit targets they must still fit.
+    let fit = |v: u64| usize::try_from(v).map_err(|_| Error::Shape(format!("{name}: {v} does not fit in memory on this target")));
+    let (c, r) = (fit(info.dims[0])?, fit(info.dims.iter().skip(1).product::<u64>())?);
     if (r, c) != (rows, cols) {
         return Err(Error::Shape(format!("{name} is {r}x{c}, expected {rows}x{cols}")));
     }

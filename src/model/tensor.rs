@@ -65,7 +65,7 @@ pub fn safetensors_dtype(dtype: &str, name: &str) -> Result<GgmlType> {
 /// they are; matrices become `format`.
 pub fn from_checkpoint(src_ty: GgmlType, data: &[u8], rows: usize, cols: usize, format: WeightFormat) -> Result<HostTensor<'_>> {
     let rb = src_ty.row_bytes(cols)?;
-    if data.len() != rb * rows {
+    if rb.checked_mul(rows) != Some(data.len()) {
         return Err(Error::Shape(format!("{} bytes for {rows}x{cols} {src_ty:?}", data.len())));
     }
     let target = if rows == 1 { src_ty } else { format.ggml() };
@@ -168,7 +168,10 @@ pub fn safetensors_header(json: &[u8], header_len: u64, file_len: u64, what: &st
             continue;
         }
         let dtype = t["dtype"].as_str().unwrap_or("").to_string();
-        let shape: Vec<usize> = t["shape"].as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as usize).collect()).unwrap_or_default();
+        let shape = t["shape"]
+            .as_array()
+            .and_then(|a| a.iter().map(|x| x.as_u64().and_then(|x| usize::try_from(x).ok())).collect::<Option<Vec<usize>>>())
+            .ok_or_else(|| Error::corrupt(what, format!("{name}: shape is not a list of sizes")))?;
         let off = t["data_offsets"].as_array().and_then(|a| Some((a.first()?.as_u64()?, a.get(1)?.as_u64()?)));
         let (s, e) = off.ok_or_else(|| Error::corrupt(what, format!("{name}: no data_offsets")))?;
         let base = header_len.saturating_add(8);
@@ -176,6 +179,19 @@ pub fn safetensors_header(json: &[u8], header_len: u64, file_len: u64, what: &st
         let Some((start, end)) = range else {
             return Err(Error::corrupt(what, format!("{name}: data_offsets {s}..{e} are not a byte range inside the {file_len}-byte file (past the end?)")));
         };
+        // The byte range must be exactly what the shape and dtype take (checked in u64, before
+        // the web loader fetches a byte of it).
+        let elem = match dtype.as_str() {
+            "BF16" | "F16" => Some(2u64),
+            "F32" => Some(4),
+            _ => None,
+        };
+        if let Some(elem) = elem {
+            let want = shape.iter().try_fold(elem, |a, &d| a.checked_mul(d as u64));
+            if want != Some(end - start) {
+                return Err(Error::corrupt(what, format!("{name}: {} bytes for shape {shape:?} of {dtype}", end - start)));
+            }
+        }
         tensors.insert(name.clone(), SafetensorsEntry { dtype, shape, start, end });
     }
     Ok(tensors)

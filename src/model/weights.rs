@@ -33,7 +33,7 @@ impl GpuMatrix {
 
     /// [`GpuMatrix::upload`] with every buffer holding a multiple of `group` rows.
     fn upload_grouped(gpu: &Gpu, name: &str, t: &HostTensor, group: usize) -> Result<Self> {
-        if t.data.len() != t.ty.row_bytes(t.cols)? * t.rows {
+        if t.ty.row_bytes(t.cols)?.checked_mul(t.rows) != Some(t.data.len()) {
             return Err(Error::Shape(format!("{name}: {} bytes for {}x{} {}", t.data.len(), t.rows, t.cols, t.ty.name())));
         }
         let data = t.ty.to_gpu_layout(&t.data);
@@ -180,7 +180,7 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
         let n = (g.data.len() + u.data.len()) as u64;
         let fin = if g.ty == u.ty && self.gpu.fast.fused {
             let rb = g.ty.row_bytes(cols)?;
-            if g.data.len() != rb * rows || u.data.len() != rb * rows {
+            if rb.checked_mul(rows).is_none_or(|n| g.data.len() != n || u.data.len() != n) {
                 return Err(Error::Shape(format!("{gate}/{upn}: {} and {} bytes for {rows}x{cols} {}", g.data.len(), u.data.len(), g.ty.name())));
             }
             let mut data = Vec::with_capacity(g.data.len() * 2);
@@ -238,6 +238,9 @@ impl Model {
         let out_norm = up.vec(src, "output_norm.weight", h).await?;
         let lm_head = if src.has("output.weight") && !c.tie_word_embeddings {
             Some(up.mat(src, "output.weight", c.vocab_size, h).await?)
+        } else if !c.tie_word_embeddings {
+            // Reading logits through the embedding would be silent garbage for an untied model.
+            return Err(Error::Shape("the config says tie_word_embeddings is false, but the checkpoint has no lm_head.weight".into()));
         } else {
             None
         };
