@@ -147,6 +147,14 @@ fn endpoints_stream_errors_and_concurrency() {
     }
     let (_, v) = post(&format!("{b}/invocations"), &format!(r#"{{"messages":[{{"role":"user","content":"{long}"}}],"stream":true}}"#));
     assert_eq!(v["error"]["code"], "context_length_exceeded");
+    // Unknown routes and wrong methods: JSON error bodies too.
+    let (code, v) = post(&format!("{b}/v1/completions"), HI);
+    assert_eq!((code, v["error"]["code"].as_str()), (404, Some("not_found")), "{v}");
+    let (code, v) = match ureq::get(&format!("{b}/v1/chat/completions")).call() {
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json::<serde_json::Value>().unwrap()),
+        other => panic!("GET /v1/chat/completions: {:?}", other.map(|r| r.status())),
+    };
+    assert_eq!((code, v["error"]["code"].as_str()), (405, Some("method_not_allowed")), "{v}");
 
     // A client that disconnects mid-stream does not disturb the others.
     let addr = b.strip_prefix("http://").unwrap();
@@ -279,6 +287,9 @@ fn access_control_and_limits() {
     let (code, out) = post(&format!("{json}\r\n{auth}"), HI);
     assert_eq!(code, 503, "{out}");
     assert!(out.to_ascii_lowercase().contains("retry-after:") && out.contains("overloaded"), "{out}");
+    // Refused before it is even parsed: a full queue costs a flood nothing to prepare.
+    let (code, out) = post(&format!("{json}\r\n{auth}"), "{not json");
+    assert_eq!(code, 503, "{out}");
     drop(busy);
     let (code, out) = waiter.join().unwrap();
     assert_eq!(code, 200, "{out}");
@@ -293,6 +304,8 @@ fn a_panic_fails_one_request_and_the_server_goes_on() {
     let (code, v) = post(&format!("{b}/v1/chat/completions"), HI);
     assert_eq!(code, 500, "{v}");
     assert_eq!(v["error"]["code"], "internal_error");
+    // The panic's text stays in the log: it may be about another client's request.
+    assert!(!v.to_string().contains("injected"), "{v}");
     assert!(ureq::get(&format!("{b}/ping")).call().is_ok_and(|r| r.status() == 200));
     let (code, v) = post(&format!("{b}/v1/chat/completions"), HI);
     assert_eq!(code, 200, "{v}");

@@ -165,10 +165,33 @@ struct AppState {
     /// Turns requests into prompts off the model thread (set once the model is loaded).
     prompter: std::sync::OnceLock<Prompter>,
     jobs: std::sync::mpsc::Sender<Job>,
-    /// Jobs sent to the worker and not yet given a slot.
+    /// Requests past the queue check and not yet given a slot: being prepared, or sent to the
+    /// worker and waiting (the place is taken before preparing, so at most `max_queue`).
     waiting: Arc<AtomicUsize>,
     max_queue: usize,
+    /// Requests being parsed, rendered and tokenized at once (about one per core): a flood of
+    /// big bodies queues here instead of filling the blocking pool.
+    preparing: Arc<tokio::sync::Semaphore>,
     access: Access,
+}
+
+/// A place in the queue, given back when dropped unless the worker took the job (which then
+/// gives it back when the job gets a slot): a request refused, failed or abandoned by its
+/// client while being prepared frees its place.
+struct Place(Arc<AtomicUsize>, bool);
+
+impl Place {
+    fn handed_over(mut self) {
+        self.1 = false;
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 fn server_error(status: u16, code: &str, message: String) -> ApiError {
@@ -216,14 +239,20 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
     let Some(prompter) = st.prompter.get().cloned().filter(|_| st.ready.load(Ordering::Acquire)) else {
         return unavailable();
     };
-    if st.waiting.load(Ordering::Acquire) >= st.max_queue {
+    if st.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < st.max_queue).then_some(w + 1)).is_err() {
         let mut r = error_response(&server_error(503, "overloaded", format!("{} requests are already waiting; retry later", st.max_queue)));
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     }
+    let place = Place(st.waiting.clone(), true);
+    let Ok(permit) = st.preparing.clone().acquire_owned().await else {
+        return error_response(&server_error(503, "unhealthy", "the server is shutting down".into()));
+    };
     // Parsing, validation, the template and the tokenizer run here, on the blocking pool: a
-    // giant request never delays the forward passes of the others.
+    // giant request never delays the forward passes of the others. The permit goes with the
+    // work, so a client that hangs up does not free it before the work is done.
     let prepared = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let text = std::str::from_utf8(&body).map_err(|_| ApiError::invalid("malformed request: the body is not UTF-8".into(), None))?;
         let req = ChatRequest::from_json(text)?;
         let stream = req.stream.unwrap_or(false);
@@ -236,11 +265,10 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
         Err(_) => return error_response(&server_error(500, "internal_error", "preparing the request failed".into())),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    st.waiting.fetch_add(1, Ordering::AcqRel);
     if st.jobs.send(Job { prepared, stream, tx }).is_err() {
-        st.waiting.fetch_sub(1, Ordering::AcqRel);
         return error_response(&server_error(503, "unhealthy", "the model worker has stopped".into()));
     }
+    place.handed_over();
     match rx.recv().await {
         Some(Reply::Error(e)) => error_response(&e),
         Some(Reply::Completion(c)) => Json(*c).into_response(),
@@ -328,8 +356,9 @@ fn worker(mut eng: ChatEngine, jobs: std::sync::mpsc::Receiver<Job>, waiting: Ar
             let what = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
             log::error!("internal error while answering (the requests in flight fail, the server goes on): {what}");
             eng.abort_all();
+            // The detail goes to the log only: it may be about another client's request.
             for (_, (tx, stream)) in clients.drain() {
-                let _ = tx.send(Reply::Error(server_error(500, "internal_error", format!("internal error: {what}"))));
+                let _ = tx.send(Reply::Error(server_error(500, "internal_error", "internal error while answering; the server log has the detail".into())));
                 if stream {
                     let _ = tx.send(Reply::Done);
                 }
@@ -396,6 +425,11 @@ pub fn serve(
             origins: opts.allowed_origins.clone(),
             api_key: opts.api_key.clone().filter(|k| !k.is_empty()),
         };
+        if !access.loopback && access.api_key.is_none() {
+            eprintln!(
+                "warning: listening on {local}, reachable from other machines, with no API key: anyone who can reach the port can use the model (--api-key or $TILDEOPEN_API_KEY; --host 127.0.0.1 for this machine only)"
+            );
+        }
         let waiting = Arc::new(AtomicUsize::new(0));
         let state = Arc::new(AppState {
             ready: AtomicBool::new(false),
@@ -405,6 +439,7 @@ pub fn serve(
             jobs: jobs_tx,
             waiting: waiting.clone(),
             max_queue: opts.max_queue.max(1),
+            preparing: Arc::new(tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
             access,
         });
         let st = state.clone();
@@ -451,6 +486,10 @@ pub fn serve(
             .route("/invocations", post(chat))
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
+            .fallback(|req: Request| async move { deny(404, "not_found", format!("no route {} (see /v1/chat/completions, /v1/models, /ping)", req.uri().path())) })
+            .method_not_allowed_fallback(|req: Request| async move {
+                deny(405, "method_not_allowed", format!("{} does not take {}", req.uri().path(), req.method()))
+            })
             .layer(DefaultBodyLimit::max(opts.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
             .with_state(state);
