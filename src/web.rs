@@ -21,8 +21,19 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
+/// An `Error` whose message is the JSON error body and whose `type`, `code` and `param` are its
+/// fields (as `engineError` in www/util.js makes them).
 fn js_error(e: &ApiError) -> JsValue {
-    js_sys::Error::new(&e.body().to_string()).into()
+    let err = js_sys::Error::new(&e.body().to_string());
+    for (k, v) in [("type", Some(e.kind.as_str())), ("code", e.code.as_deref()), ("param", e.param.as_deref())] {
+        let _ = js_sys::Reflect::set(&err, &k.into(), &v.map_or(JsValue::NULL, JsValue::from));
+    }
+    err.into()
+}
+
+/// The text of what a JS promise rejected with: an `Error`'s message, a string as it is.
+fn js_text(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>().map(|e| String::from(e.message())).or_else(|| e.as_string()).unwrap_or_else(|| format!("{e:?}"))
 }
 
 fn engine_error(e: Error) -> JsValue {
@@ -56,10 +67,14 @@ impl Io {
         for a in args {
             arr.push(a);
         }
-        let p = f.apply(&self.this, &arr).map_err(|e| Error::Io { path: url.into(), source: std::io::Error::other(format!("{e:?}")) })?;
-        JsFuture::from(js_sys::Promise::resolve(&p))
-            .await
-            .map_err(|e| Error::Io { path: url.into(), source: std::io::Error::other(e.as_string().unwrap_or_else(|| format!("{e:?}"))) })
+        // The JS messages already name the URL: strip it rather than say it twice.
+        let io_err = |e: JsValue| {
+            let text = js_text(&e);
+            let text = text.strip_prefix(&format!("{url}: ")).map(str::to_string).unwrap_or(text);
+            Error::Io { path: url.into(), source: std::io::Error::other(text) }
+        };
+        let p = f.apply(&self.this, &arr).map_err(io_err)?;
+        JsFuture::from(js_sys::Promise::resolve(&p)).await.map_err(io_err)
     }
 
     async fn size(&self, url: &str) -> Result<u64> {
@@ -182,7 +197,9 @@ async fn fetch_header(io: &Io, url: &str, len: u64) -> Result<Gguf> {
         buf.extend_from_slice(&more);
         match Gguf::parse(&buf, len, url) {
             Ok(g) => return Ok(g),
-            Err(Error::Corrupt { msg, .. }) if msg.contains("truncated") && n < len => n = (n * 2).min(len),
+            // Only a header that runs past the prefix read so far asks for more; a tensor past
+            // the end of the file is an error however much is read.
+            Err(Error::Corrupt { msg, .. }) if msg.starts_with("truncated GGUF header") && n < len => n = (n * 2).min(len),
             Err(e) => return Err(e),
         }
     }

@@ -38,19 +38,26 @@ try {
   const req = JSON.parse(q.get("request"));
   const a = await createEngine({ model: q.get("model"), worker: false });
   const inThread = (await a.chat.completions.create(req)).choices[0].message.content;
+  // Errors carry the JSON body's fields as properties, in the thread and through the worker.
+  const bad = { messages: [{ role: "user", content: "x" }], temperature: 5 };
+  const fields = (e) => [e?.type, e?.param, JSON.parse(e?.message ?? "null")?.error?.param];
+  let errInThread = null, errWorker = null;
+  try { await a.chat.completions.create(bad); } catch (e) { errInThread = fields(e); }
   const adapter = a.adapter;
   await a.unload();
-  const w = await createEngine({ model: q.get("model") });
+  // Relative to the page (not to the worker script, which lives in out/).
+  const w = await createEngine({ model: ".." + q.get("model") });
+  try { await w.chat.completions.create(bad); } catch (e) { errWorker = fields(e); }
   let worker = "";
   for await (const c of await w.chat.completions.create({ ...req, stream: true })) worker += c.choices[0]?.delta?.content ?? "";
   await w.unload();
-  await report({ inThread, worker, adapter, info: await adapterInfo() });
+  await report({ inThread, worker, adapter, errInThread, errWorker, info: await adapterInfo() });
 } catch (e) {
   await report({ failure: String(e?.message ?? e) });
 }
 "#;
 
-const TYPES: &str = r#"import { createEngine, type Engine, type ChatCompletion } from "tildeopen-wgpu";
+const TYPES: &str = r#"import { createEngine, type Engine, type ChatCompletion, type EngineError } from "tildeopen-wgpu";
 export async function answer(model: string): Promise<string> {
   const engine: Engine = await createEngine({ model, worker: false, wasmUrl: "/x.wasm" });
   const r: ChatCompletion = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi" }], max_tokens: 4 });
@@ -58,7 +65,15 @@ export async function answer(model: string): Promise<string> {
     const d: string | undefined = c.choices[0].delta.content;
     void d;
   }
-  return r.choices[0].message.content + String(engine.adapterInfo?.subgroups);
+  for await (const c of await engine.tasks.translate({ text: "Hi", from: "en", to: "lv", stream: true })) void c.choices[0].delta.content;
+  const t: ChatCompletion = await engine.tasks.ask({ context: "a", question: "b" });
+  try {
+    await engine.chat.completions.create({ messages: [], model: "x", n: 1 });
+  } catch (e) {
+    const code: string | null = (e as EngineError).code;
+    void code;
+  }
+  return r.choices[0].message.content + t.choices[0].message.content + String(engine.adapterInfo?.subgroups);
 }
 "#;
 
@@ -75,7 +90,7 @@ fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
     let tgz = packed.trim().lines().last().unwrap().to_string();
     assert_eq!(tgz, format!("tildeopen-wgpu-{}.tgz", env!("CARGO_PKG_VERSION")));
     let listing = run(&scratch, "tar", &["tzf", &tgz]);
-    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/pkg/tildeopen_bg.wasm", "package/README.md"] {
+    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/pkg/tildeopen_bg.wasm", "package/README.md", "package/LICENSE"] {
         assert!(listing.lines().any(|l| l == f), "{f} in the package: {listing}");
     }
     assert!(!listing.contains("index.html") && !listing.contains("extension/"), "the demo and extension stay out: {listing}");
@@ -103,7 +118,10 @@ fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
     assert!(v.get("failure").is_none(), "bundled page failed: {}", v["failure"]);
     let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), req);
     assert_eq!(v["inThread"], want.as_str(), "in the page's thread");
-    assert_eq!(v["worker"], want.as_str(), "in the package's worker, streamed");
+    assert_eq!(v["worker"], want.as_str(), "in the package's worker, streamed, the model URL relative to the page");
+    for k in ["errInThread", "errWorker"] {
+        assert_eq!(v[k], serde_json::json!(["invalid_request_error", "temperature", "temperature"]), "{k}: {v}");
+    }
     assert!(v["adapter"].as_str().unwrap().to_lowercase().contains("swiftshader"), "{v}");
     assert_eq!(v["info"]["shaderF16"], false, "{v}");
 }

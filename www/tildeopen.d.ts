@@ -18,8 +18,20 @@ export interface ChatRequest {
   stop?: string | string[];
   stream?: boolean;
   stream_options?: { include_usage?: boolean };
-  /** Stops generation (between tokens) and ends the stream. */
+  /** Accepted and ignored (the engine has one model). */
+  model?: string;
+  /** One choice only. */
+  n?: 1;
+  /** A stream stops between tokens and ends (`done`); without `stream` the signal is seen
+   *  before the request starts (rejecting with an `AbortError`), not during generation. */
   signal?: AbortSignal;
+}
+
+/** What engine calls reject with: `message` is the JSON error body, and its fields are here too. */
+export interface EngineError extends Error {
+  type: "invalid_request_error" | "server_error" | string;
+  code: string | null;
+  param: string | null;
 }
 
 export type TaskSpec =
@@ -96,6 +108,12 @@ export interface AdapterInfo {
 
 type Common = Omit<ChatRequest, "messages" | "task">;
 
+/** A task: streamed with `stream: true`, one completion otherwise. */
+export interface TaskCall<A> {
+  (a: Omit<Common, "stream"> & A & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
+  (a: Omit<Common, "stream"> & A & { stream?: false }): Promise<ChatCompletion>;
+}
+
 export interface Engine {
   modelName: string;
   contextSize: number;
@@ -112,15 +130,15 @@ export interface Engine {
     };
   };
   tasks: {
-    translate(a: Common & { text: string; from: string; to: string; glossary?: [string, string][]; examples?: [string, string][] }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
-    ask(a: Common & { context: string; question: string }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
-    summarise(a: Common & { text: string; instruction?: string }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
+    translate: TaskCall<{ text: string; from: string; to: string; glossary?: [string, string][]; examples?: [string, string][] }>;
+    ask: TaskCall<{ context: string; question: string }>;
+    summarise: TaskCall<{ text: string; instruction?: string }>;
   };
   /** Frees the GPU memory (and ends the worker). */
   unload(): Promise<void>;
 }
 
-/** Loads a model. Errors reject with an Error whose message is the JSON error body. */
+/** Loads a model. Errors reject with an EngineError. */
 export function createEngine(opts: EngineOptions): Promise<Engine>;
 export function createEngineInThread(opts: EngineOptions): Promise<Engine>;
 /** The chat request of a task, e.g. taskRequest("translate", { text, from, to }). */

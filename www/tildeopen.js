@@ -12,7 +12,7 @@
 // 32 MiB pieces, so a reload does not download them again (clearCache() forgets them).
 
 import init, { WasmEngine } from "./pkg/tildeopen.js";
-import { serialQueue, chunkStream } from "./util.js";
+import { serialQueue, chunkStream, engineError } from "./util.js";
 
 const CACHE = "tildeopen-weights-v1";
 const PIECE = 32 << 20;
@@ -157,17 +157,18 @@ export function taskRequest(type, args) {
 }
 
 function parseError(e) {
-  // Engine errors carry the JSON error body as their message.
-  if (e instanceof Error) return e;
-  return new Error(String(e));
+  // Engine errors carry the JSON error body as their message (and its fields as properties).
+  if (e instanceof Error && e.code !== undefined) return e;
+  return engineError(e instanceof Error ? e.message : String(e));
 }
 
 /** An engine running in this thread. */
 export async function createEngineInThread(opts) {
-  if (!globalThis.navigator?.gpu) throw new Error(JSON.stringify({ error: { message: "WebGPU is not available in this browser", type: "unsupported", code: "no_webgpu" } }));
+  if (!globalThis.navigator?.gpu) throw engineError("WebGPU is not available in this browser", "invalid_request_error", "no_webgpu");
   await initWasm(opts.wasmUrl);
   const model = opts.model;
-  const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href.replace(/\/$/, "") : (model.name || "model.gguf");
+  // A File or Blob is a GGUF whatever its name (the name only labels errors and the model).
+  const url = typeof model === "string" ? new URL(model, globalThis.location?.href).href.replace(/\/$/, "") : (model.name || "model").replace(/(\.gguf)?$/i, ".gguf");
   const io = makeIo(model, opts.cache !== false);
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
@@ -181,7 +182,7 @@ export async function createEngineInThread(opts) {
 
   // The engine holds one stream; each JS stream has a token and only the active one may use it.
   let active = 0, nextToken = 1;
-  const superseded = () => new Error(JSON.stringify({ error: { message: "another request started on this engine before this stream finished", type: "invalid_request_error", code: "superseded" } }));
+  const superseded = () => engineError("another request started on this engine before this stream finished", "invalid_request_error", "superseded");
 
   function streamOf(req, signal) {
     const token = nextToken++;
@@ -215,8 +216,14 @@ export async function createEngineInThread(opts) {
         return: () => it.return(),
       };
     }
+    // Without streaming the signal is seen before the request starts (and once it reaches the
+    // front of the queue); a stream is what stops between tokens.
     if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-    return serial(() => { active = 0; return wasm.complete(req); });
+    return serial(() => {
+      if (signal?.aborted) throw new DOMException("aborted", "AbortError");
+      active = 0;
+      return wasm.complete(req);
+    }).catch((e) => { throw e instanceof DOMException ? e : parseError(e); });
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));

@@ -1,5 +1,20 @@
 // Small helpers shared by tildeopen.js, worker-proxy.js and the extension's service worker.
 
+/** The Error engine calls reject with: its message is the response format's JSON error body
+ *  (`{"error": {message, type, param, code}}`) and `type`, `code` and `param` are that body's
+ *  fields, so `catch (e) { if (e.code === "context_length_exceeded") ... }` needs no parsing. A
+ *  message that is not such a body (a browser error) becomes a `server_error` body. */
+export function engineError(message, type = "server_error", code = null) {
+  let body;
+  try { body = JSON.parse(message)?.error; } catch {}
+  if (!body || typeof body.message !== "string") body = { message: String(message), type, param: null, code };
+  const e = new Error(JSON.stringify({ error: body }));
+  e.type = body.type ?? null;
+  e.code = body.code ?? null;
+  e.param = body.param ?? null;
+  return e;
+}
+
 /** A queue that runs the functions given to it one at a time, in order: `serial(f)` returns
  *  f's result once every earlier call has settled (a rejection does not stop the queue). */
 export function serialQueue() {

@@ -1,6 +1,6 @@
 // The page side of a worker engine: the same API as createEngineInThread, every call a message.
 import { taskRequest } from "./tildeopen.js";
-import { chunkStream } from "./util.js";
+import { chunkStream, engineError } from "./util.js";
 
 export async function createWorkerEngine(opts) {
   // Bundlers that do not follow `new URL("./worker.js", import.meta.url)` (esbuild) bundle
@@ -14,10 +14,10 @@ export async function createWorkerEngine(opts) {
     if (!p) return;
     if (progress) return p.onProgress?.(progress);
     pending.delete(id);
-    error !== undefined ? p.reject(new Error(error)) : p.resolve(result);
+    error !== undefined ? p.reject(engineError(error)) : p.resolve(result);
   };
   worker.onerror = (e) => {
-    for (const p of pending.values()) p.reject(new Error(JSON.stringify({ error: { message: `worker failed: ${e.message}`, type: "server_error" } })));
+    for (const p of pending.values()) p.reject(engineError(`worker failed: ${e.message}`, "server_error", "worker_failed"));
     pending.clear();
   };
   const call = (op, args, onProgress) =>
@@ -29,11 +29,14 @@ export async function createWorkerEngine(opts) {
 
   const { model, onProgress, workerUrl, ...rest } = opts;
   // URLs cross to the worker as absolute strings (a URL object cannot be posted).
+  // A relative model URL means the page's folder, not the worker script's.
   if (rest.wasmUrl !== undefined) rest.wasmUrl = new URL(rest.wasmUrl, globalThis.location?.href).href;
-  const info = await call("load", { model, ...rest }, onProgress);
+  const modelArg = typeof model === "string" ? new URL(model, globalThis.location?.href).href : model;
+  const info = await call("load", { model: modelArg, ...rest }, onProgress);
 
   async function create(request) {
     const { signal, ...req } = request;
+    if (signal?.aborted) throw new DOMException("aborted", "AbortError");
     if (!req.stream) return call("create", req);
     const streamId = next++;
     await call("create", { ...req, streamId });
