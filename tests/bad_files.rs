@@ -352,3 +352,39 @@ fn nan_logits_are_an_error() {
     let (code, _, err) = cli(&args);
     check(&args, code, &err, "no finite logit");
 }
+
+/// GGUF metadata of the wrong type, or per-token arrays of the wrong length, are errors that
+/// name the key, not silent defaults (a string rope base once became 10000).
+#[test]
+fn gguf_metadata_of_the_wrong_type() {
+    use tildeopen::model::gguf::{Gguf, Value};
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let src = std::fs::read(&path).unwrap();
+    let good = Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    assert!(good.config().is_ok() && tildeopen::Tokenizer::from_gguf(&good).is_ok());
+    for (key, value, want) in [
+        ("llama.rope.freq_base", Value::Str("1e6".into()), "llama.rope.freq_base must be a number"),
+        ("llama.context_length", Value::F64(4096.5), "llama.context_length must be a non-negative integer"),
+        ("llama.attention.head_count_kv", Value::I64(-2), "head_count_kv"),
+        ("llama.rope.dimension_count", Value::U64(8), "dimension_count"),
+    ] {
+        let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
+        g.metadata.insert(key.into(), value);
+        let e = g.config().err().unwrap_or_else(|| panic!("{key} accepted")).to_string();
+        assert!(e.contains(want), "{key}: {e}");
+    }
+    let n = match good.get("tokenizer.ggml.tokens") {
+        Some(Value::Array(a)) => a.len(),
+        _ => panic!("no tokens"),
+    };
+    for (key, value, want) in [
+        ("tokenizer.ggml.scores", Value::Array(vec![Value::F64(0.0); n - 1]), "entries for"),
+        ("tokenizer.ggml.token_type", Value::Array(vec![Value::Str("x".into()); n]), "not an integer"),
+        ("tokenizer.ggml.tokens", Value::Array(vec![Value::U64(1); n]), "not a string"),
+    ] {
+        let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
+        g.metadata.insert(key.into(), value);
+        let e = tildeopen::Tokenizer::from_gguf(&g).err().unwrap_or_else(|| panic!("{key} accepted")).to_string();
+        assert!(e.contains(key) && e.contains(want), "{key}: {e}");
+    }
+}

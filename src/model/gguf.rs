@@ -248,42 +248,61 @@ impl Gguf {
                 "architecture {arch:?}; only llama (TildeOpen, SmolLM2, ...) is supported"
             )));
         }
-        let u = |k: &str| -> Result<usize> {
-            self.get(&format!("llama.{k}"))
-                .and_then(Value::as_u64)
-                .map(|v| v as usize)
-                .ok_or_else(|| Error::Unsupported(format!("GGUF lacks llama.{k}")))
+        // A key that is absent takes its default; one that is present with the wrong type (or
+        // a value past this target's usize) is an error, not a silent default.
+        let opt_u = |k: &str| -> Result<Option<usize>> {
+            match self.get(&format!("llama.{k}")) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|v| usize::try_from(v).ok())
+                    .map(Some)
+                    .ok_or_else(|| Error::corrupt("GGUF metadata", format!("llama.{k} must be a non-negative integer, not {v:?}"))),
+            }
         };
-        let f = |k: &str| self.get(&format!("llama.{k}")).and_then(Value::as_f64);
+        let u = |k: &str| -> Result<usize> { opt_u(k)?.ok_or_else(|| Error::Unsupported(format!("GGUF lacks llama.{k}"))) };
+        let f = |k: &str| -> Result<Option<f64>> {
+            match self.get(&format!("llama.{k}")) {
+                None => Ok(None),
+                Some(v) => v.as_f64().map(Some).ok_or_else(|| Error::corrupt("GGUF metadata", format!("llama.{k} must be a number, not {v:?}"))),
+            }
+        };
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
         let embd = self
             .tensor("token_embd.weight")
             .ok_or_else(|| Error::Unsupported("GGUF has no token_embd.weight".into()))?;
-        let vocab = match u("vocab_size") {
-            Ok(v) => v,
-            Err(_) => embd.dims.get(1).copied().unwrap_or(0) as usize,
+        let vocab = match opt_u("vocab_size")? {
+            Some(v) => v,
+            None => usize::try_from(embd.dims.get(1).copied().unwrap_or(0)).unwrap_or(0),
         };
-        let ctx = u("context_length").unwrap_or(4096);
+        let ctx = opt_u("context_length")?.unwrap_or(4096);
         let scaling = match self.get("llama.rope.scaling.type").and_then(Value::as_str) {
             None | Some("none") => RopeScaling::None,
-            Some("linear") => RopeScaling::Linear { factor: f("rope.scaling.factor").unwrap_or(1.0) as f32 },
+            Some("linear") => RopeScaling::Linear { factor: f("rope.scaling.factor")?.unwrap_or(1.0) as f32 },
             Some("yarn") => {
-                let orig = u("rope.scaling.original_context_length").unwrap_or(ctx);
+                let orig = opt_u("rope.scaling.original_context_length")?.unwrap_or(ctx);
                 RopeScaling::Yarn {
                     factor: ctx as f32 / orig as f32,
                     original_max_position_embeddings: orig,
-                    beta_fast: f("rope.scaling.yarn_beta_fast").unwrap_or(32.0) as f32,
-                    beta_slow: f("rope.scaling.yarn_beta_slow").unwrap_or(1.0) as f32,
+                    beta_fast: f("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0) as f32,
+                    beta_slow: f("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0) as f32,
                     truncate: true,
-                    attention_factor: f("rope.scaling.attn_factor").filter(|a| *a != 0.0 && *a != 1.0).map(|a| a as f32),
+                    attention_factor: f("rope.scaling.attn_factor")?.filter(|a| *a != 0.0 && *a != 1.0).map(|a| a as f32),
                     mscale: None,
                     mscale_all_dim: None,
                 }
             }
             Some(other) => return Err(Error::Unsupported(format!("rope scaling type {other:?}"))),
         };
-        let tok = |k: &str| self.get(&format!("tokenizer.ggml.{k}")).and_then(Value::as_u64).map(|v| v as u32);
+        let head_dim = opt_u("attention.key_length")?.unwrap_or(hidden / heads.max(1));
+        // Rotary embedding over part of each head is not implemented: refused, not run wrong.
+        if let Some(rot) = opt_u("rope.dimension_count")? {
+            if rot != head_dim {
+                return Err(Error::Unsupported(format!("llama.rope.dimension_count {rot} (rotary over part of a {head_dim}-wide head)")));
+            }
+        }
+        let tok = |k: &str| self.get(&format!("tokenizer.ggml.{k}")).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
         ModelConfig {
             architecture: arch.into(),
             vocab_size: vocab,
@@ -291,10 +310,10 @@ impl Gguf {
             intermediate_size: u("feed_forward_length")?,
             num_layers: u("block_count")?,
             num_heads: heads,
-            num_kv_heads: u("attention.head_count_kv").unwrap_or(heads),
-            head_dim: u("attention.key_length").unwrap_or(hidden / heads.max(1)),
-            rms_norm_eps: f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-            rope_theta: f("rope.freq_base").unwrap_or(10000.0) as f32,
+            num_kv_heads: opt_u("attention.head_count_kv")?.unwrap_or(heads),
+            head_dim,
+            rms_norm_eps: f("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5) as f32,
+            rope_theta: f("rope.freq_base")?.unwrap_or(10000.0) as f32,
             rope_scaling: scaling,
             max_position_embeddings: ctx,
             tie_word_embeddings: self.tensor("output.weight").is_none(),

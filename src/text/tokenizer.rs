@@ -100,10 +100,27 @@ impl Tokenizer {
             Some(Value::Array(a)) => Ok(a.as_slice()),
             _ => Err(Error::Unsupported(format!("GGUF has no {k}"))),
         };
-        let tokens: Vec<String> = arr("tokenizer.ggml.tokens")?.iter().map(|v| v.as_str().unwrap_or("").to_string()).collect();
-        let types: Vec<PieceType> = match g.get("tokenizer.ggml.token_type") {
-            Some(Value::Array(a)) => a.iter().map(|v| PieceType::from_code(v.as_u64().unwrap_or(1))).collect(),
-            _ => vec![PieceType::Normal; tokens.len()],
+        let bad = |k: &str, what: &str| Error::corrupt("GGUF metadata", format!("{k}: {what}"));
+        let tokens: Vec<String> = arr("tokenizer.ggml.tokens")?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| bad("tokenizer.ggml.tokens", "an entry is not a string")))
+            .collect::<Result<_>>()?;
+        // Per-token arrays must be one entry per token, of the right type: a short or mistyped
+        // list would shift or default every piece after it.
+        let per_token = |k: &str| -> Result<Option<&[Value]>> {
+            match g.get(k) {
+                None => Ok(None),
+                Some(Value::Array(a)) if a.len() == tokens.len() => Ok(Some(a.as_slice())),
+                Some(Value::Array(a)) => Err(bad(k, &format!("{} entries for {} tokens", a.len(), tokens.len()))),
+                Some(_) => Err(bad(k, "not an array")),
+            }
+        };
+        let types: Vec<PieceType> = match per_token("tokenizer.ggml.token_type")? {
+            Some(a) => a
+                .iter()
+                .map(|v| v.as_u64().map(PieceType::from_code).ok_or_else(|| bad("tokenizer.ggml.token_type", "an entry is not an integer")))
+                .collect::<Result<_>>()?,
+            None => vec![PieceType::Normal; tokens.len()],
         };
         let flag = |k: &str| match g.get(k) {
             Some(Value::Bool(b)) => Some(*b),
@@ -112,9 +129,12 @@ impl Tokenizer {
         let id = |k: &str| g.get(k).and_then(Value::as_u64).map(|v| v as u32);
         let mut t = match kind {
             "llama" => {
-                let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
-                    Some(Value::Array(a)) => a.iter().map(|v| v.as_f64().unwrap_or(0.0) as f32).collect(),
-                    _ => vec![0.0; tokens.len()],
+                let scores: Vec<f32> = match per_token("tokenizer.ggml.scores")? {
+                    Some(a) => a
+                        .iter()
+                        .map(|v| v.as_f64().map(|s| s as f32).ok_or_else(|| bad("tokenizer.ggml.scores", "an entry is not a number")))
+                        .collect::<Result<_>>()?,
+                    None => vec![0.0; tokens.len()],
                 };
                 // llama.cpp's converter stores sentencepiece's user-defined pieces (TildeOpen's
                 // `<|user|>`, `<|endoftext|>`) as NORMAL, and a NORMAL `<|...|>` piece can never
