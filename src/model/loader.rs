@@ -32,8 +32,8 @@ pub struct HfDir {
     pub dir: PathBuf,
     pub config_text: String,
     shards: Vec<(PathBuf, memmap2::Mmap)>,
-    /// tensor name -> shard index
-    index: HashMap<String, usize>,
+    /// tensor name -> (shard index, its dtype, shape and byte range, from the header parsed once)
+    index: HashMap<String, (usize, crate::model::tensor::SafetensorsEntry)>,
     pub format: WeightFormat,
 }
 
@@ -106,8 +106,8 @@ impl HfDir {
         let mut index = HashMap::new();
         for (i, f) in files.iter().enumerate() {
             let map = mmap(f)?;
-            for name in crate::model::tensor::safetensors_names(&map, &f.display().to_string())? {
-                index.insert(name, i);
+            for (name, entry) in crate::model::tensor::safetensors_entries(&map, &f.display().to_string())? {
+                index.insert(name, (i, entry));
             }
             shards.push((f.clone(), map));
         }
@@ -116,11 +116,11 @@ impl HfDir {
 
     fn tensor(&self, name: &str, rows: usize, cols: usize) -> Result<HostTensor<'_>> {
         let hf = hf_name(name);
-        let &i = self
+        let (i, entry) = self
             .index
             .get(&hf)
             .ok_or_else(|| Error::Shape(format!("checkpoint {} lacks tensor {hf}", self.dir.display())))?;
-        let (path, map) = &self.shards[i];
-        crate::model::tensor::safetensors_tensor(map, &hf, rows, cols, self.format, &path.display().to_string())
+        let (path, map) = &self.shards[*i];
+        crate::model::tensor::safetensors_entry_tensor(map, entry, &hf, rows, cols, self.format, &path.display().to_string())
     }
 }

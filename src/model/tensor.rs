@@ -113,23 +113,44 @@ pub fn check_shape(name: &str, shape: &[usize], rows: usize, cols: usize) -> Res
     Ok(())
 }
 
-/// The tensor names of a safetensors file (`bytes`, the whole file), after checking its header
-/// against the bytes it describes (offsets, sizes, dtypes): how the native loader opens a shard.
+/// Every tensor of a safetensors file (`bytes`, the whole file) with its absolute byte range,
+/// after checking the header once against the bytes it describes (offsets, sizes, dtypes): how
+/// the native loader opens a shard (parsed once, not once per tensor, so a huge header costs
+/// one parse).
+pub fn safetensors_entries(bytes: &[u8], what: &str) -> Result<std::collections::HashMap<String, SafetensorsEntry>> {
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
+    let base = bytes.as_ptr() as usize;
+    Ok(st
+        .iter()
+        .map(|(name, view)| {
+            let start = (view.data().as_ptr() as usize).saturating_sub(base) as u64;
+            let entry = SafetensorsEntry { dtype: format!("{:?}", view.dtype()), shape: view.shape().to_vec(), start, end: start + view.data().len() as u64 };
+            (name.to_string(), entry)
+        })
+        .collect())
+}
+
+/// The tensor names of a safetensors file, checked as [`safetensors_entries`] checks them.
 pub fn safetensors_names(bytes: &[u8], what: &str) -> Result<Vec<String>> {
-    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
-    // Validate offsets against the real file size (a header that lies about sizes).
-    safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
-    Ok(meta.tensors().into_keys().collect())
+    Ok(safetensors_entries(bytes, what)?.into_keys().collect())
+}
+
+/// The tensor `e` (named `hf`) of a safetensors file (`bytes`, the whole file), checked to be
+/// `rows x cols`, in the GPU layout (`format` for matrices).
+pub fn safetensors_entry_tensor<'a>(bytes: &'a [u8], e: &SafetensorsEntry, hf: &str, rows: usize, cols: usize, format: WeightFormat, what: &str) -> Result<HostTensor<'a>> {
+    check_shape(hf, &e.shape, rows, cols)?;
+    let src_ty = safetensors_dtype(&e.dtype, hf)?;
+    let data = usize::try_from(e.start).ok().zip(usize::try_from(e.end).ok()).and_then(|(s, t)| bytes.get(s..t));
+    let data = data.ok_or_else(|| Error::corrupt(what, format!("{hf}: bytes {}..{} are outside the file", e.start, e.end)))?;
+    from_checkpoint(src_ty, data, rows, cols, format)
 }
 
 /// Tensor `hf` of a safetensors file (`bytes`, the whole file), checked to be `rows x cols`,
-/// in the GPU layout (`format` for matrices): how the native loader reads a checkpoint tensor.
+/// in the GPU layout (`format` for matrices).
 pub fn safetensors_tensor<'a>(bytes: &'a [u8], hf: &str, rows: usize, cols: usize, format: WeightFormat, what: &str) -> Result<HostTensor<'a>> {
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| Error::corrupt(what, e.to_string()))?;
-    let view = st.tensor(hf).map_err(|e| Error::corrupt(what, e.to_string()))?;
-    check_shape(hf, view.shape(), rows, cols)?;
-    let src_ty = safetensors_dtype(&format!("{:?}", view.dtype()), hf)?;
-    from_checkpoint(src_ty, view.data(), rows, cols, format)
+    let entries = safetensors_entries(bytes, what)?;
+    let e = entries.get(hf).ok_or_else(|| Error::corrupt(what, format!("no tensor {hf}")))?;
+    safetensors_entry_tensor(bytes, e, hf, rows, cols, format, what)
 }
 
 /// One tensor of a safetensors header: dtype name, shape, absolute byte range in the file.
