@@ -37,7 +37,19 @@ const report = (o) => fetch("/result", { method: "POST", body: JSON.stringify(o)
 try {
   const req = JSON.parse(q.get("request"));
   const a = await createEngine({ model: q.get("model"), worker: false });
-  const inThread = (await a.chat.completions.create(req)).choices[0].message.content;
+  const plain = await a.chat.completions.create(req);
+  const inThread = plain.choices[0].message.content;
+  // A signal that never fires: the same object as without one (ids and times aside); one that
+  // fires stops a long non-streamed request between tokens with an AbortError.
+  const same = (x, y) => JSON.stringify({ ...x, id: 0, created: 0 }) === JSON.stringify({ ...y, id: 0, created: 0 });
+  const abortAfter = async (e, ms) => {
+    const ac = new AbortController();
+    const t0 = performance.now();
+    const p = e.chat.completions.create({ messages: [{ role: "user", content: "Go on." }], max_tokens: 1000, temperature: 0, signal: ac.signal });
+    setTimeout(() => ac.abort(), ms);
+    try { await p; return "finished"; } catch (err) { return [err?.name, performance.now() - t0 < 20000]; }
+  };
+  const signalThread = [same(plain, await a.chat.completions.create({ ...req, signal: new AbortController().signal })), await abortAfter(a, 300)];
   // Errors carry the JSON body's fields as properties, in the thread and through the worker.
   const bad = { messages: [{ role: "user", content: "x" }], temperature: 5 };
   const fields = (e) => [e?.type, e?.param, JSON.parse(e?.message ?? "null")?.error?.param];
@@ -48,10 +60,11 @@ try {
   // Relative to the page (not to the worker script, which lives in out/).
   const w = await createEngine({ model: ".." + q.get("model") });
   try { await w.chat.completions.create(bad); } catch (e) { errWorker = fields(e); }
+  const signalWorker = [same(plain, await w.chat.completions.create({ ...req, signal: new AbortController().signal })), await abortAfter(w, 300)];
   let worker = "";
   for await (const c of await w.chat.completions.create({ ...req, stream: true })) worker += c.choices[0]?.delta?.content ?? "";
   await w.unload();
-  await report({ inThread, worker, adapter, errInThread, errWorker, info: await adapterInfo() });
+  await report({ inThread, worker, adapter, errInThread, errWorker, signalThread, signalWorker, info: await adapterInfo() });
 } catch (e) {
   await report({ failure: String(e?.message ?? e) });
 }
@@ -119,6 +132,9 @@ fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
     let want = native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), req);
     assert_eq!(v["inThread"], want.as_str(), "in the page's thread");
     assert_eq!(v["worker"], want.as_str(), "in the package's worker, streamed, the model URL relative to the page");
+    for k in ["signalThread", "signalWorker"] {
+        assert_eq!(v[k], serde_json::json!([true, ["AbortError", true]]), "{k}: {v}");
+    }
     for k in ["errInThread", "errWorker"] {
         assert_eq!(v[k], serde_json::json!(["invalid_request_error", "temperature", "temperature"]), "{k}: {v}");
     }

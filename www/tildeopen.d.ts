@@ -22,8 +22,8 @@ export interface ChatRequest {
   model?: string;
   /** One choice only. */
   n?: 1;
-  /** A stream stops between tokens and ends (`done`); without `stream` the signal is seen
-   *  before the request starts (rejecting with an `AbortError`), not during generation. */
+  /** Stops generation between tokens: a stream ends (`done`), a non-streamed request rejects
+   *  with an `AbortError`. */
   signal?: AbortSignal;
 }
 

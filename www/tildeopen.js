@@ -12,7 +12,7 @@
 // 32 MiB pieces, so a reload does not download them again (clearCache() forgets them).
 
 import init, { WasmEngine } from "./pkg/tildeopen.js";
-import { serialQueue, chunkStream, engineError } from "./util.js";
+import { serialQueue, chunkStream, engineError, foldedStream } from "./util.js";
 
 const CACHE = "tildeopen-weights-v1";
 const PIECE = 32 << 20;
@@ -179,6 +179,7 @@ export async function createEngineInThread(opts) {
   }
   // wasm methods borrow the engine: run calls one at a time.
   const serial = serialQueue();
+  const requests = serialQueue();
 
   // The engine holds one stream; each JS stream has a token and only the active one may use it.
   let active = 0, nextToken = 1;
@@ -216,14 +217,11 @@ export async function createEngineInThread(opts) {
         return: () => it.return(),
       };
     }
-    // Without streaming the signal is seen before the request starts (and once it reaches the
-    // front of the queue); a stream is what stops between tokens.
     if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-    return serial(() => {
-      if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-      active = 0;
-      return wasm.complete(req);
-    }).catch((e) => { throw e instanceof DOMException ? e : parseError(e); });
+    // Non-streamed requests wait for each other (a stream started meanwhile still supersedes).
+    // With a signal, generation must be stoppable between tokens: run it as a stream.
+    if (signal) return requests(() => foldedStream(create, req, signal));
+    return requests(() => serial(() => { active = 0; return wasm.complete(req); })).catch((e) => { throw parseError(e); });
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));

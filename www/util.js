@@ -48,3 +48,19 @@ export function chunkStream(pull, cancel, signal) {
     async return() { await finish(); return { done: true, value: undefined }; },
   };
 }
+
+/** A non-streamed request that has a `signal`, run as a stream (`stream(req)` starts it) and
+ *  folded into the one `chat.completion` the request asked for, so the signal stops generation
+ *  between tokens as it does for streams; an abort rejects with an `AbortError`. */
+export async function foldedStream(stream, req, signal) {
+  const it = await stream({ ...req, stream: true, stream_options: { include_usage: true }, signal });
+  let first = null, content = "", finish = null, usage = null;
+  for await (const c of it) {
+    first ??= c;
+    content += c.choices[0]?.delta?.content ?? "";
+    finish = c.choices[0]?.finish_reason ?? finish;
+    usage = c.usage ?? usage;
+  }
+  if (signal.aborted || first === null || finish === null) throw new DOMException("aborted", "AbortError");
+  return { id: first.id, object: "chat.completion", created: first.created, model: first.model, choices: [{ index: 0, message: { role: "assistant", content }, finish_reason: finish }], usage };
+}

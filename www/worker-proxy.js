@@ -1,12 +1,13 @@
 // The page side of a worker engine: the same API as createEngineInThread, every call a message.
 import { taskRequest } from "./tildeopen.js";
-import { chunkStream, engineError } from "./util.js";
+import { chunkStream, engineError, foldedStream, serialQueue } from "./util.js";
 
 export async function createWorkerEngine(opts) {
   // Bundlers that do not follow `new URL("./worker.js", import.meta.url)` (esbuild) bundle
   // "tildeopen-wgpu/worker" themselves and pass its URL as `workerUrl`.
   const worker = new Worker(opts.workerUrl ?? new URL("./worker.js", import.meta.url), { type: "module" });
   let next = 1;
+  const requests = serialQueue();
   const pending = new Map();
   worker.onmessage = (e) => {
     const { id, result, error, progress } = e.data;
@@ -37,7 +38,10 @@ export async function createWorkerEngine(opts) {
   async function create(request) {
     const { signal, ...req } = request;
     if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-    if (!req.stream) return call("create", req);
+    // Non-streamed requests wait for each other here; with a signal, one runs as a stream (which
+    // the signal stops between tokens) folded into one completion.
+    if (!req.stream && signal) return requests(() => foldedStream(create, req, signal));
+    if (!req.stream) return requests(() => call("create", req));
     const streamId = next++;
     await call("create", { ...req, streamId });
     return chunkStream(() => call("next", { streamId }), () => call("return", { streamId }), signal);
