@@ -43,6 +43,14 @@ fn chat_json_and_stream() {
     let (code, out, err) = cli(&["chat", "--model", &m, "--request", "-", "--json"], r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"temperature":0}"#);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"completion_tokens\":2"), "{out}");
+    // --stream applies to a request file; sampling flags conflict with it (the file's fields
+    // are the settings) instead of being ignored.
+    let (code, out, err) = cli(&["chat", "--model", &m, "--request", "-", "--json", "--stream"], r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"temperature":0}"#);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().all(|l| l.contains("chat.completion.chunk")), "{out}");
+    let (code, _, err) = cli(&["chat", "--model", &m, "--request", "-", "--max-tokens", "5"], "{}");
+    assert_ne!(code, 0);
+    assert!(err.contains("--max-tokens") && err.contains("--request"), "{err}");
 }
 
 #[test]

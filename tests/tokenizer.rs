@@ -108,6 +108,15 @@ fn stream_decoder_holds_back_partial_characters() {
     assert!(deltas.iter().all(|d| !d.contains('\u{FFFD}')), "{deltas:?}");
     assert_eq!(deltas.concat(), "a 🦀 b");
     assert!(deltas.iter().filter(|d| d.is_empty()).count() >= 3, "partial bytes held back: {deltas:?}");
+    // Generation that ends inside the emoji: the unfinished bytes are dropped, never U+FFFD.
+    let mut sd = StreamDecoder::new();
+    let mut text = String::new();
+    let cut = ids.len() - 3; // inside the four byte pieces (then " b")
+    for &i in &ids[..cut] {
+        text += &sd.push(&tok, i).unwrap();
+    }
+    text += &sd.finish(&tok).unwrap();
+    assert!(!text.contains('\u{FFFD}') && text.starts_with('a'), "{text:?}");
 }
 
 /// Protobuf bytes: field `num` as a length-delimited value.

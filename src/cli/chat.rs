@@ -54,8 +54,10 @@ pub enum ChatCmd {
         /// A system message.
         #[arg(long)]
         system: Option<String>,
-        /// A whole chat request as JSON (OpenAI shape) from this file, `-` for stdin.
-        #[arg(long, conflicts_with = "message")]
+        /// A whole chat request as JSON (OpenAI shape) from this file, `-` for stdin. Its
+        /// fields are the settings: the sampling flags and --system conflict with it (--json
+        /// and --stream apply).
+        #[arg(long, conflicts_with_all = ["message", "system", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed", "stop"])]
         request: Option<PathBuf>,
         message: Option<String>,
     },
@@ -116,7 +118,7 @@ pub fn run(cmd: ChatCmd) -> Result<()> {
                 let body = read_text(&f)?;
                 let req = ChatRequest::from_json(&body).map_err(|e| api_err(e, gen.json))?;
                 let mut eng = engine(&common)?;
-                let stream = req.stream.unwrap_or(false);
+                let stream = gen.stream || req.stream.unwrap_or(false);
                 answer(&mut eng, &req, gen.json, stream)?;
                 return Ok(());
             }

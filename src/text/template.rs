@@ -34,6 +34,9 @@ pub struct ChatTemplate {
     pub stop_ids: Vec<u32>,
 }
 
+/// Instructions one template render may run (minijinja's fuel).
+pub const TEMPLATE_FUEL: u64 = 20_000_000;
+
 impl ChatTemplate {
     /// The template for a tokenizer: its own, or the built-in TildeOpen one.
     pub fn for_tokenizer(tok: &Tokenizer) -> Result<Self> {
@@ -63,6 +66,9 @@ impl ChatTemplate {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // A template comes with the model file: bound the work one render may do (a real chat
+        // template over thousands of messages takes well under a tenth of this).
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))

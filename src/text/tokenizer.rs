@@ -481,13 +481,19 @@ impl StreamDecoder {
         Ok(now[before.len()..].to_string())
     }
 
-    /// The text still held back (incomplete characters, as U+FFFD).
+    /// The text still held back. Bytes of a character the generation never finished are
+    /// dropped (they would decode to U+FFFD, which the model did not write).
     pub fn finish(&mut self, tok: &Tokenizer) -> Result<String> {
         let before = tok.decode(&self.ids[self.prefix..self.read])?;
         let now = tok.decode(&self.ids[self.prefix..])?;
         self.prefix = self.read;
         self.read = self.ids.len();
-        Ok(now.strip_prefix(before.as_str()).unwrap_or("").to_string())
+        let tail = match now.strip_prefix(before.as_str()) {
+            Some(t) => t,
+            // The held tokens changed how the text before them decodes: keep what follows it.
+            None => now.get(before.len().min(now.len())..).unwrap_or(""),
+        };
+        Ok(tail.trim_end_matches('\u{FFFD}').to_string())
     }
 
     /// Everything decoded so far, including what is held back.
