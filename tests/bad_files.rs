@@ -83,21 +83,29 @@ fn unknown_architecture() {
     assert!(e.contains("unsupported model") && e.contains("mistral"), "{e}");
 }
 
-#[test]
-fn safetensors_header_lies_about_sizes() {
+/// A copy of the tiny HF checkpoint in a new directory `name`, the first `from` in its
+/// safetensors header replaced by `to` (the length prefix rewritten, the data unchanged); also
+/// returns the original file's bytes.
+fn tiny_checkpoint_with_header(name: &str, from: &str, to: &str) -> (PathBuf, Vec<u8>) {
     let src_dir = fixtures().join("models/tiny-tildeopen");
-    let d = tmpdir("st");
+    let d = tmpdir(name);
     std::fs::copy(src_dir.join("config.json"), d.join("config.json")).unwrap();
     let bytes = std::fs::read(src_dir.join("model.safetensors")).unwrap();
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
-    // Claim the lm_head is bigger than it is: same header length, offsets past the data.
-    let lied = header.replacen("\"data_offsets\":[0,2097152]", "\"data_offsets\":[0,9097152]", 1);
-    assert_ne!(lied, header, "fixture header layout changed");
-    let mut out = (lied.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(lied.as_bytes());
+    let changed = header.replacen(from, to, 1);
+    assert_ne!(changed, header, "fixture header layout changed");
+    let mut out = (changed.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(changed.as_bytes());
     out.extend_from_slice(&bytes[8 + n..]);
     std::fs::write(d.join("model.safetensors"), &out).unwrap();
+    (d, bytes)
+}
+
+#[test]
+fn safetensors_header_lies_about_sizes() {
+    // Claim the lm_head is bigger than it is: same header length, offsets past the data.
+    let (d, bytes) = tiny_checkpoint_with_header("st", "\"data_offsets\":[0,2097152]", "\"data_offsets\":[0,9097152]");
     let e = open_err(&d);
     assert!(e.contains("corrupt model file"), "{e}");
     // A file cut short is caught too.
@@ -298,18 +306,7 @@ fn gguf_metadata_array_too_long() {
 /// read through the embedding.
 #[test]
 fn untied_head_without_lm_head() {
-    let src_dir = fixtures().join("models/tiny-tildeopen");
-    let d = tmpdir("nohead");
-    std::fs::copy(src_dir.join("config.json"), d.join("config.json")).unwrap();
-    let bytes = std::fs::read(src_dir.join("model.safetensors")).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
-    let renamed = header.replacen("\"lm_head.weight\"", "\"lm_head.unused\"", 1);
-    assert_ne!(renamed, header, "fixture header layout changed");
-    let mut out = (renamed.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(renamed.as_bytes());
-    out.extend_from_slice(&bytes[8 + n..]);
-    std::fs::write(d.join("model.safetensors"), &out).unwrap();
+    let (d, _) = tiny_checkpoint_with_header("nohead", "\"lm_head.weight\"", "\"lm_head.unused\"");
     let opts = tildeopen::model::LoadOptions::default();
     let e = pollster::block_on(tildeopen::Model::load(&d, &opts)).err().expect("loaded an untied model without its head").to_string();
     assert!(e.contains("lm_head"), "{e}");

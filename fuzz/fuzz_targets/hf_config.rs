@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tildeopen::model::tensor::{index_shards, safetensors_header, safetensors_header_len, safetensors_names, safetensors_tensor, WeightFormat};
+use tildeopen::model::tensor::{index_shards, safetensors_header, safetensors_entries, safetensors_entry_tensor, safetensors_header_len, WeightFormat};
 use tildeopen::ModelConfig;
 
 fuzz_target!(|data: &[u8]| {
@@ -25,13 +25,11 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn safetensors(data: &[u8]) {
-    // Native: the whole file is mapped.
-    if let Ok(names) = safetensors_names(data, "fuzz.safetensors") {
-        for name in names.iter().take(16) {
+    // Native: the whole file is mapped, the header parsed once, tensors read from its entries.
+    if let Ok(entries) = safetensors_entries(data, "fuzz.safetensors") {
+        for (name, e) in entries.iter().take(16) {
             // The shape the file claims, as the loader would ask for it when it matches.
-            let Ok(st) = safetensors::SafeTensors::deserialize(data) else { continue };
-            let Ok(view) = st.tensor(name) else { continue };
-            let (rows, cols) = match view.shape() {
+            let (rows, cols) = match e.shape.as_slice() {
                 [n] => (1, *n),
                 [r, c] => (*r, *c),
                 _ => (1, 1),
@@ -40,10 +38,10 @@ fn safetensors(data: &[u8]) {
                 continue;
             }
             for format in [WeightFormat::Q8_0, WeightFormat::Q4_0, WeightFormat::F16, WeightFormat::BF16] {
-                let _ = safetensors_tensor(data, name, rows, cols, format, "fuzz.safetensors");
+                let _ = safetensors_entry_tensor(data, e, name, rows, cols, format, "fuzz.safetensors");
             }
             // And a shape it does not have.
-            let _ = safetensors_tensor(data, name, rows + 1, cols, WeightFormat::Q8_0, "fuzz.safetensors");
+            let _ = safetensors_entry_tensor(data, e, name, rows + 1, cols, WeightFormat::Q8_0, "fuzz.safetensors");
         }
     }
     // Web: length prefix, then the header, without the data (the file is larger than the input).

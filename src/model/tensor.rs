@@ -130,11 +130,6 @@ pub fn safetensors_entries(bytes: &[u8], what: &str) -> Result<std::collections:
         .collect())
 }
 
-/// The tensor names of a safetensors file, checked as [`safetensors_entries`] checks them.
-pub fn safetensors_names(bytes: &[u8], what: &str) -> Result<Vec<String>> {
-    Ok(safetensors_entries(bytes, what)?.into_keys().collect())
-}
-
 /// The tensor `e` (named `hf`) of a safetensors file (`bytes`, the whole file), checked to be
 /// `rows x cols`, in the GPU layout (`format` for matrices).
 pub fn safetensors_entry_tensor<'a>(bytes: &'a [u8], e: &SafetensorsEntry, hf: &str, rows: usize, cols: usize, format: WeightFormat, what: &str) -> Result<HostTensor<'a>> {
@@ -145,13 +140,6 @@ pub fn safetensors_entry_tensor<'a>(bytes: &'a [u8], e: &SafetensorsEntry, hf: &
     from_checkpoint(src_ty, data, rows, cols, format)
 }
 
-/// Tensor `hf` of a safetensors file (`bytes`, the whole file), checked to be `rows x cols`,
-/// in the GPU layout (`format` for matrices).
-pub fn safetensors_tensor<'a>(bytes: &'a [u8], hf: &str, rows: usize, cols: usize, format: WeightFormat, what: &str) -> Result<HostTensor<'a>> {
-    let entries = safetensors_entries(bytes, what)?;
-    let e = entries.get(hf).ok_or_else(|| Error::corrupt(what, format!("no tensor {hf}")))?;
-    safetensors_entry_tensor(bytes, e, hf, rows, cols, format, what)
-}
 
 /// One tensor of a safetensors header: dtype name, shape, absolute byte range in the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,12 +190,9 @@ pub fn safetensors_header(json: &[u8], header_len: u64, file_len: u64, what: &st
         };
         // The byte range must be exactly what the shape and dtype take (checked in u64, before
         // the web loader fetches a byte of it).
-        let elem = match dtype.as_str() {
-            "BF16" | "F16" => Some(2u64),
-            "F32" => Some(4),
-            _ => None,
-        };
-        if let Some(elem) = elem {
+        // (An unsupported dtype is left for the load to name.)
+        if let Ok(ty) = safetensors_dtype(&dtype, name) {
+            let elem = ty.block_bytes() as u64;
             let want = shape.iter().try_fold(elem, |a, &d| a.checked_mul(d as u64));
             if want != Some(end - start) {
                 return Err(Error::corrupt(what, format!("{name}: {} bytes for shape {shape:?} of {dtype}", end - start)));
