@@ -195,12 +195,11 @@ async fn fetch_header(io: &Io, url: &str, len: u64) -> Result<Gguf> {
     loop {
         io.range(url, buf.len() as u64, n, &mut more).await?;
         buf.extend_from_slice(&more);
-        match Gguf::parse(&buf, len, url) {
-            Ok(g) => return Ok(g),
-            // Only a header that runs past the prefix read so far asks for more; a tensor past
-            // the end of the file is an error however much is read.
-            Err(Error::Corrupt { msg, .. }) if msg.starts_with("truncated GGUF header") && n < len => n = (n * 2).min(len),
-            Err(e) => return Err(e),
+        // Only a header that runs past the prefix read so far asks for more; a tensor past the
+        // end of the file is an error however much is read.
+        match Gguf::parse_prefix(&buf, len, url)? {
+            Some(g) => return Ok(g),
+            None => n = (n * 2).min(len),
         }
     }
 }

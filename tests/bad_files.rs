@@ -33,6 +33,30 @@ fn truncated_gguf() {
     }
 }
 
+/// The browser loader reads a GGUF header from a prefix of the file and asks for more only when
+/// the header runs past it: a short prefix of a good file says "more", the whole header parses, and
+/// a file whose header is cut or whose tensors run past its end is an error, not a request for more.
+#[test]
+fn gguf_header_from_a_prefix() {
+    use tildeopen::model::gguf::Gguf;
+    let src = std::fs::read(fixtures().join("models/tiny-tildeopen/model-Q4_K_M.gguf")).unwrap();
+    let len = src.len() as u64;
+    let whole = Gguf::parse(&src, len, "x").unwrap();
+    let header = whole.data_offset as usize;
+    // (The header proper ends within the alignment padding before data_offset.)
+    for cut in [0, 3, 16, 100, header / 2, header - 32] {
+        assert!(Gguf::parse_prefix(&src[..cut], len, "x").unwrap().is_none(), "prefix {cut}");
+    }
+    let g = Gguf::parse_prefix(&src[..header], len, "x").unwrap().expect("the header alone parses");
+    assert_eq!(g.tensors.len(), whole.tensors.len());
+    // The same prefix of a file that really ends there: no more to read, so an error.
+    let e = Gguf::parse_prefix(&src[..header / 2], (header / 2) as u64, "x").unwrap_err().to_string();
+    assert!(e.contains("truncated"), "{e}");
+    // The header is whole but the file is shorter than its tensors: an error at once.
+    let e = Gguf::parse_prefix(&src[..header], len - 1, "x").unwrap_err().to_string();
+    assert!(e.contains("past the end"), "{e}");
+}
+
 #[test]
 fn wrong_magic() {
     let mut src = std::fs::read(fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap();

@@ -72,11 +72,14 @@ struct Reader<'a> {
     b: &'a [u8],
     pos: usize,
     path: &'a str,
+    /// Set when a read ran past the end of `b` (a prefix of the file may just be too short).
+    short: bool,
 }
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.b.len() - self.pos < n {
+            self.short = true;
             return Err(Error::corrupt(self.path, "truncated GGUF header"));
         }
         let s = &self.b[self.pos..self.pos + n];
@@ -125,6 +128,7 @@ impl<'a> Reader<'a> {
                     _ => 1,
                 };
                 if n.saturating_mul(min_bytes) > (self.b.len() - self.pos) as u64 {
+                    self.short = true;
                     return Err(Error::corrupt(self.path, "truncated GGUF header (array)"));
                 }
                 // A parsed element takes far more memory than its bytes in the file (a u8 is a
@@ -151,7 +155,22 @@ impl Gguf {
     /// Parses the header from the first bytes of a file of `file_len` bytes. `bytes` may be the
     /// whole file (memory-mapped) or just a prefix; a prefix too short gives a "truncated" error.
     pub fn parse(bytes: &[u8], file_len: u64, path: &str) -> Result<Self> {
-        let mut r = Reader { b: bytes, pos: 0, path };
+        Self::parse_from(&mut Reader { b: bytes, pos: 0, path, short: false }, file_len)
+    }
+
+    /// As [`Gguf::parse`] on a prefix of the file, but `Ok(None)` when the header runs past the
+    /// prefix and the file has more bytes: the caller reads more and tries again. Every other
+    /// fault (a tensor past the end of the file, a bad count) is an error however much is read.
+    pub fn parse_prefix(bytes: &[u8], file_len: u64, path: &str) -> Result<Option<Self>> {
+        let mut r = Reader { b: bytes, pos: 0, path, short: false };
+        match Self::parse_from(&mut r, file_len) {
+            Err(_) if r.short && (bytes.len() as u64) < file_len => Ok(None),
+            g => g.map(Some),
+        }
+    }
+
+    fn parse_from(r: &mut Reader, file_len: u64) -> Result<Self> {
+        let (bytes, path) = (r.b, r.path);
         if r.take(4).map_err(|_| Error::corrupt(path, "file too short to be GGUF"))? != b"GGUF" {
             return Err(Error::corrupt(path, "not a GGUF file (bad magic)"));
         }
