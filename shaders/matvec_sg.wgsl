@@ -4,8 +4,11 @@
 // blocks), load each block's slice of x once per token and apply it to the four rows. Then per
 // token: subgroupAdd sums the partials of each subgroup, one invocation per subgroup stores them
 // in workgroup memory, and thread b adds the subgroups' sums for token b. Every thread works on
-// the same rows, so which invocations form a subgroup (WGSL does not say) does not matter; each
-// subgroup takes a slot in workgroup memory with an atomic counter.
+// the same rows, so which invocations form a subgroup (WGSL does not say) does not matter. Each
+// subgroup's lowest invocation sets its bit in a workgroup mask, and the subgroup's slot is the
+// number of such leaders below it: the subgroups' sums are added in invocation order, the same
+// every run (a slot taken with a counter would follow the order in which subgroups happen to run,
+// and the float sums would differ in their last bits from one run to the next).
 // NT (1 for one-token passes, MAX_T else) bounds the token loops by a constant so `acc` stays in
 // registers. With NORM the kernel also applies the RMSNorm that feeds the matrix (mat_norm.wgsl).
 // Prepended: bytes.wgsl, the weight type's dot32, mat_out.wgsl and mat_norm.wgsl (as matvec.wgsl).
@@ -27,26 +30,36 @@ override NT: u32 = MAX_T;
 var<workgroup> red: array<vec4<f32>, 512>;
 // The norm's sums of squares, [subgroup][token].
 var<workgroup> red_ss: array<f32, 512>;
-var<workgroup> subgroups: atomic<u32>;
+// Bit i set: invocation i leads its subgroup (WG <= 128).
+var<workgroup> leaders: array<atomic<u32>, 4>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>) {
     let row0 = (wid.y * nwg.x + wid.x) * NR;
     let kq = p.k / 4u;
-    if (lid == 0u) {
-        atomicStore(&subgroups, 0u);
+    if (lid < 4u) {
+        atomicStore(&leaders[lid], 0u);
     }
     workgroupBarrier();
-    // One invocation per subgroup (the lowest active one) takes the subgroup's slot.
-    let leader = subgroupBroadcastFirst(lid) == lid;
-    var s = 0u;
+    // One invocation per subgroup (the lowest active one) leads it.
+    let first = subgroupBroadcastFirst(lid);
+    let leader = first == lid;
     if (leader) {
-        s = atomicAdd(&subgroups, 1u);
+        atomicOr(&leaders[lid / 32u], 1u << (lid % 32u));
     }
-    let slot = subgroupBroadcastFirst(s);
     workgroupBarrier();
-    let count = atomicLoad(&subgroups);
+    var slot = 0u;
+    var count = 0u;
+    for (var w = 0u; w < 4u; w++) {
+        let m = atomicLoad(&leaders[w]);
+        count += countOneBits(m);
+        if (w < first / 32u) {
+            slot += countOneBits(m);
+        } else if (w == first / 32u) {
+            slot += countOneBits(m & ((1u << (first % 32u)) - 1u));
+        }
+    }
     // Rows past the end read row 0 again (always present) and are never written.
     let rb0 = row0 * p.row_bytes;
     let rb1 = select(0u, rb0 + p.row_bytes, row0 + 1u < p.n);
