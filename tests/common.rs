@@ -81,6 +81,13 @@ pub fn gpu(max_binding: Option<u64>) -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { max_binding_size: max_binding, ..Default::default() })).expect("no usable GPU adapter")
 }
 
+/// Opens the GPU with neither the subgroup matvec nor the norm fold, whatever the device (on a
+/// GPU both are on by default): the plain kernels browsers without subgroups run.
+pub fn gpu_plain(max_binding: Option<u64>) -> Gpu {
+    let opts = GpuOptions { max_binding_size: max_binding, subgroups: Some(false), norm_fold: Some(false), ..Default::default() };
+    pollster::block_on(Gpu::new(&opts)).expect("no usable GPU adapter")
+}
+
 /// Opens the GPU with the subgroup matvec wherever the adapter has subgroups (lavapipe does; by
 /// default CPU devices do not use it). Panics when the adapter has none, so the path is tested.
 pub fn gpu_subgroups() -> Gpu {

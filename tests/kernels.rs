@@ -93,7 +93,7 @@ fn every_type_every_kernel() {
     let v = Vectors::load();
     let (xs, x) = v.f32s("x");
     let cols = xs[1];
-    let whole = gpu(None);
+    let whole = gpu_plain(None);
     let sg = gpu_subgroups();
     println!("subgroup matvec by default: {}", whole.fast.subgroups);
     // The default kernels, the same with tensors split across buffers, and the subgroup matvec.
@@ -102,7 +102,7 @@ fn every_type_every_kernel() {
             // Split: a binding cap that holds 3 of the 8 rows.
             let rb = ty.row_bytes(cols).unwrap() as u64;
             let binding = split.then(|| (3 * rb + 4).div_ceil(256) * 256);
-            let gpu = if split { gpu(binding) } else if subgroups { sg.clone() } else { whole.clone() };
+            let gpu = if split { gpu_plain(binding) } else if subgroups { sg.clone() } else { whole.clone() };
             let (rs, raw) = v.get(&format!("{}.raw", ty.name()));
             let (_, want) = v.f32s(&format!("{}.f32", ty.name()));
             let rows = rs[0];

@@ -99,6 +99,8 @@ pub struct Gpu {
     /// Set (with the reason) when the device is lost; every later GPU call fails.
     pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
     pub fast: FastPaths,
+    /// The device takes timestamp queries (`bench --profile` times kernels with them).
+    pub timestamps: bool,
     /// Two small storage buffers bound to a matrix kernel's unused output slots (Y2, Y3): WebGPU
     /// rejects a dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
     pub spare: [wgpu::Buffer; 2],
@@ -148,7 +150,8 @@ impl Gpu {
         let need = [
             ("maxComputeInvocationsPerWorkgroup", limits.max_compute_invocations_per_workgroup as u64, 256),
             ("maxComputeWorkgroupSizeX", limits.max_compute_workgroup_size_x as u64, 256),
-            ("maxComputeWorkgroupStorageSize", limits.max_compute_workgroup_storage_size as u64, 16896),
+            // matmul.wgsl holds two 8 KB tiles, WebGPU's default (many browsers report no more).
+            ("maxComputeWorkgroupStorageSize", limits.max_compute_workgroup_storage_size as u64, 16384),
             // rope_kv.wgsl binds seven storage buffers (WebGPU guarantees eight).
             ("maxStorageBuffersPerShaderStage", limits.max_storage_buffers_per_shader_stage as u64, 7),
         ];
@@ -159,7 +162,15 @@ impl Gpu {
         }
         let int_dot = instance.wgsl_language_features().contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct);
         let fast = FastPaths::new(opts, adapter.features().contains(wgpu::Features::SUBGROUP), int_dot, info.device_type == wgpu::DeviceType::Cpu);
-        let required_features = if fast.subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
+        let mut required_features = if fast.subgroups { wgpu::Features::SUBGROUP } else { wgpu::Features::empty() };
+        // For `bench --profile`'s per-kernel GPU times (native only; browsers hide timestamps
+        // behind a flag). `TILDEOPEN_TIMESTAMPS=0` takes the host-clock fallback.
+        let timestamps = !cfg!(target_arch = "wasm32")
+            && adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY)
+            && std::env::var("TILDEOPEN_TIMESTAMPS").as_deref() != Ok("0");
+        if timestamps {
+            required_features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tildeopen"),
@@ -176,7 +187,7 @@ impl Gpu {
             return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
         }
         #[allow(clippy::arc_with_non_send_sync)] // wgpu's web types are !Send; wasm is single-threaded
-        let kernels = std::sync::Arc::new(super::kernels::Kernels::new(&device));
+        let kernels = std::sync::Arc::new(super::kernels::Kernels::new(&device, info.backend));
         let lost = std::sync::Arc::new(std::sync::Mutex::new(None));
         let l = lost.clone();
         device.set_device_lost_callback(move |reason, msg| {
@@ -204,7 +215,7 @@ impl Gpu {
                 mapped_at_creation: false,
             })
         });
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast, spare })
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast, timestamps, spare })
     }
 
     /// An error when the device has been lost (the model must be loaded again).
