@@ -132,3 +132,35 @@ fn info_reports_fast_paths_and_their_switches() {
         assert_eq!(base[k], false, "{k} with the baseline kernels: {base}");
     }
 }
+
+/// `bench --json --profile`: the JSON line's rates and dispatch count, and a per-kernel table
+/// whose times add up to something, with GPU timestamps where the device has them (lavapipe
+/// does) and with the host-clock fallback.
+#[test]
+fn bench_json_and_profile() {
+    for ts in ["1", "0"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+            .args(["bench", "--model", &tiny(), "--prompt-tokens", "20", "--gen-tokens", "4", "--repeat", "1", "--json", "--profile"])
+            .env("TILDEOPEN_TIMESTAMPS", ts)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stderr}");
+        let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert!(j["prefill_tok_s"].as_f64().unwrap() > 0.0 && j["decode_tok_s"].as_f64().unwrap() > 0.0, "{j}");
+        assert!(j["dispatches_per_token"].as_u64().unwrap() > 4, "{j}");
+        let table = stderr.split_once("time per kernel").map(|t| t.1).unwrap_or_else(|| panic!("no profile: {stderr}"));
+        let how = if table.contains("(GPU timestamps)") { "timestamps" } else { "host clock" };
+        if ts == "0" {
+            assert_eq!(how, "host clock", "{stderr}");
+        }
+        let times: Vec<(String, f64)> = table
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().strip_suffix(" s")?.trim().parse().ok()?)))
+            .collect();
+        for k in ["matvec", "matmul", "embed", "argmax"] {
+            assert!(times.iter().any(|(n, t)| n == k && *t > 0.0), "{k} missing or zero ({how}): {stderr}");
+        }
+    }
+}

@@ -245,6 +245,8 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             let layers = l.model.cfg.num_layers;
             let bw = if bandwidth { Some(l.model.gpu.copy_bandwidth()?) } else { None };
             if let Some(prof) = s.profile() {
+                let how = if l.model.gpu.timestamps { "GPU timestamps" } else { "host clock, one submit per kernel" };
+                eprintln!("time per kernel, all passes ({how}):");
                 let mut v: Vec<_> = prof.iter().collect();
                 v.sort_by(|a, b| b.1.total_cmp(a.1));
                 for (k, t) in v {

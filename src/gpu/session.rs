@@ -909,8 +909,9 @@ impl Session {
         Ok(())
     }
 
-    /// Per-kernel GPU time (seconds, by kernel name) when profiling is on: each op is then
-    /// submitted and waited for on its own, which is slow; for `bench --profile` only.
+    /// Per-kernel GPU time (seconds, by kernel name) when profiling is on: each op is then its
+    /// own compute pass, timed with timestamp queries where the device has them (else submitted
+    /// and waited for alone), which is slow; for `bench --profile` only.
     pub fn enable_profile(&mut self) {
         self.profile = Some(Default::default());
     }
@@ -932,23 +933,18 @@ impl Session {
     fn run_profiled(&mut self, t: u32, splits: u32, n_out: u32, outs: &[(usize, usize)]) {
         let gpu = self.model.gpu.clone();
         let mut prof = self.profile.take().unwrap();
-        let time = |prof: &mut HashMap<&'static str, f64>, name, f: &dyn Fn(&mut wgpu::CommandEncoder)| {
-            let mut enc = gpu.device.create_command_encoder(&Default::default());
-            f(&mut enc);
-            let t0 = std::time::Instant::now();
-            gpu.queue.submit([enc.finish()]);
-            gpu.flush();
-            *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
-        };
-        for op in self.pass.body.iter().filter(|op| op.runs(t, splits)) {
-            let name = if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
-            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits));
-        }
-        time(&mut prof, "copy", &|enc| self.record_copies(enc, outs));
-        for op in &self.pass.head {
-            let name = if n_out <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
-            time(&mut prof, name, &|enc| op.record(&mut enc.begin_compute_pass(&Default::default()), n_out, 1));
-        }
+        let name = |op: &Op, t: u32| if t <= MATVEC_MAX_T && op.matvec.is_some() { "matvec" } else { op.name };
+        let body: Vec<(&'static str, &Op, u32, u32)> =
+            self.pass.body.iter().filter(|op| op.runs(t, splits)).map(|op| (name(op, t), op, t, splits)).collect();
+        let head: Vec<(&'static str, &Op, u32, u32)> = self.pass.head.iter().map(|op| (name(op, n_out), op, n_out, 1)).collect();
+        time_ops(&gpu, &mut prof, &body);
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        self.record_copies(&mut enc, outs);
+        let t0 = std::time::Instant::now();
+        gpu.queue.submit([enc.finish()]);
+        gpu.flush();
+        *prof.entry("copy").or_default() += t0.elapsed().as_secs_f64();
+        time_ops(&gpu, &mut prof, &head);
         self.profile = Some(prof);
     }
 
@@ -1151,5 +1147,53 @@ impl Session {
     /// The most logit rows one pass produces.
     pub fn max_outputs(&self) -> usize {
         self.max_out
+    }
+}
+
+/// Adds each op's GPU time to `prof` (seconds, by name). With timestamp queries every op is its
+/// own compute pass with a timestamp at its start and end, recorded into one submit per 2048 ops,
+/// so the figures are the device's own; without them each op is submitted and waited for alone and
+/// timed on the host, which on a fast GPU is mostly the round trip.
+#[cfg(not(target_arch = "wasm32"))]
+fn time_ops(gpu: &Gpu, prof: &mut HashMap<&'static str, f64>, ops: &[(&'static str, &Op, u32, u32)]) {
+    if !gpu.timestamps {
+        for &(name, op, t, splits) in ops {
+            let mut enc = gpu.device.create_command_encoder(&Default::default());
+            op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits);
+            let t0 = std::time::Instant::now();
+            gpu.queue.submit([enc.finish()]);
+            gpu.flush();
+            *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
+        }
+        return;
+    }
+    let period = gpu.queue.get_timestamp_period() as f64 * 1e-9;
+    for chunk in ops.chunks((wgpu::QUERY_SET_MAX_QUERIES / 2) as usize) {
+        let n = 2 * chunk.len() as u32;
+        let qs = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count: n });
+        let size = n as u64 * wgpu::QUERY_SIZE as u64;
+        let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile"),
+            size,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let mut enc = gpu.device.create_command_encoder(&Default::default());
+        for (i, &(_, op, t, splits)) in chunk.iter().enumerate() {
+            let writes = wgpu::ComputePassTimestampWrites {
+                query_set: &qs,
+                beginning_of_pass_write_index: Some(2 * i as u32),
+                end_of_pass_write_index: Some(2 * i as u32 + 1),
+            };
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: Some(writes) });
+            op.record(&mut pass, t, splits);
+        }
+        enc.resolve_query_set(&qs, 0..n, &resolved, 0);
+        gpu.queue.submit([enc.finish()]);
+        let Ok(bytes) = pollster::block_on(gpu.read(&resolved, 0, size)) else { return };
+        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+        for (i, &(name, ..)) in chunk.iter().enumerate() {
+            *prof.entry(name).or_default() += ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
+        }
     }
 }
