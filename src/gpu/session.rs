@@ -980,10 +980,21 @@ impl Session {
             return;
         }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            for op in &self.pass.body {
-                op.record(&mut pass, t, splits);
+        // A pass of a few tokens (decode) is one submit. A long prefill pass goes out in pieces
+        // of PREFILL_OPS_PER_SUBMIT ops (a few layers): on a slow GPU one command buffer for a
+        // whole 256-token pass through a big model can outlast the OS's or the browser's GPU
+        // watchdog (Windows resets the device after 2 s).
+        let per_submit = if t > MATVEC_MAX_T { PREFILL_OPS_PER_SUBMIT } else { usize::MAX };
+        let mut chunks = self.pass.body.chunks(per_submit).peekable();
+        while let Some(ops) = chunks.next() {
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for op in ops {
+                    op.record(&mut pass, t, splits);
+                }
+            }
+            if chunks.peek().is_some() {
+                gpu.queue.submit([std::mem::replace(&mut enc, gpu.device.create_command_encoder(&Default::default())).finish()]);
             }
         }
         if n_out > 0 {
@@ -1149,6 +1160,9 @@ impl Session {
         self.max_out
     }
 }
+
+/// Ops per command buffer in a prefill pass (see `Session::run`): about four layers.
+const PREFILL_OPS_PER_SUBMIT: usize = 48;
 
 /// Adds each op's GPU time to `prof` (seconds, by name). With timestamp queries every op is its
 /// own compute pass with a timestamp at its start and end, recorded into one submit per 2048 ops,
