@@ -164,3 +164,27 @@ fn bench_json_and_profile() {
         }
     }
 }
+
+/// `info` lists every adapter; `--adapter` (or TILDEOPEN_ADAPTER) picks one by a part of its
+/// name, ignoring case, and a name that matches none is an error that lists them.
+#[test]
+fn adapter_by_name() {
+    let (code, out, err) = cli(&["info"], "");
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let name = j["adapter"].as_str().unwrap().to_string();
+    assert!(j["adapters"].as_array().unwrap().iter().any(|a| a.as_str().unwrap().starts_with(&name)), "{j}");
+    let part: String = name.chars().take(4).collect::<String>().to_uppercase();
+    let (code, out, err) = cli(&["info", "--adapter", &part], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&name), "{out}");
+    let (code, _, err) = cli(&["info", "--adapter", "no-such-gpu"], "");
+    assert_ne!(code, 0);
+    assert!(err.contains("no-such-gpu") && err.contains(&name), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(["chat", "--model", &tiny(), "--max-tokens", "1", "hi"])
+        .env("TILDEOPEN_ADAPTER", "no-such-gpu")
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no-such-gpu"));
+}

@@ -57,6 +57,10 @@ pub struct Common {
     /// TILDEOPEN_INT_DOT=1).
     #[arg(long)]
     pub int_dot: bool,
+    /// Run on the first GPU adapter whose name contains this (case-insensitive) instead of the
+    /// fastest (also TILDEOPEN_ADAPTER); `tildeopen info` lists them.
+    #[arg(long)]
+    pub adapter: Option<String>,
 }
 
 pub struct Loaded {
@@ -109,7 +113,7 @@ pub fn progress_bar() -> (indicatif::ProgressBar, impl FnMut(usize, usize)) {
 pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     let path = model_path(c)?;
     let opts = LoadOptions {
-        gpu: GpuOptions { max_binding_size: c.max_binding_size, int_dot: c.int_dot.then_some(true), ..Default::default() },
+        gpu: GpuOptions { max_binding_size: c.max_binding_size, int_dot: c.int_dot.then_some(true), adapter: c.adapter.clone(), ..Default::default() },
         hf_format: WeightFormat::parse(&c.quant)?,
     };
     let (bar, progress) = progress_bar();

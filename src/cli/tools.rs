@@ -35,10 +35,13 @@ pub enum ToolCmd {
         #[arg(long)]
         chunks: Option<usize>,
     },
-    /// Print the GPU adapter and its limits (fails if there is none).
+    /// Print the GPU adapter and its limits (fails if there is none), and every adapter there is.
     Info {
         #[arg(long)]
         max_binding_size: Option<u64>,
+        /// The adapter to describe (a part of its name; also TILDEOPEN_ADAPTER).
+        #[arg(long)]
+        adapter: Option<String>,
     },
     /// Download the default demo model if needed and print its path.
     Fetch,
@@ -98,8 +101,8 @@ pub enum ToolCmd {
 
 pub fn run(cmd: ToolCmd) -> Result<()> {
     match cmd {
-        ToolCmd::Info { max_binding_size } => {
-            let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size, ..Default::default() }))?;
+        ToolCmd::Info { max_binding_size, adapter } => {
+            let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size, adapter, ..Default::default() }))?;
             let l = &gpu.limits;
             println!(
                 "{}",
@@ -108,6 +111,8 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                     "driver": gpu.info.driver, "device_type": format!("{:?}", gpu.info.device_type),
                     "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
                     "max_buffer_size": l.max_buffer_size, "engine_max_binding": gpu.max_binding,
+                    "timestamps": gpu.timestamps,
+                    "adapters": pollster::block_on(tildeopen::gpu::device::adapters()),
                     // The optional kernel paths this device gets (TILDEOPEN_* variables apply).
                     "fast_paths": gpu.fast.by_name().iter().map(|&(k, on)| (k.to_string(), serde_json::Value::Bool(on))).collect::<serde_json::Map<_, _>>(),
                 })

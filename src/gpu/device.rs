@@ -33,6 +33,40 @@ pub struct GpuOptions {
     /// token per workgroup. The environment variable `TILDEOPEN_QUERY_TILES=0` or `1`
     /// overrides `None`.
     pub query_tiles: Option<bool>,
+    /// Open the first adapter whose name contains this (case-insensitive) instead of the
+    /// fastest; on a machine with several GPUs. The environment variable `TILDEOPEN_ADAPTER`
+    /// sets it when this is `None` (native only). No match is an error that lists the adapters.
+    pub adapter: Option<String>,
+}
+
+/// Every adapter this machine offers, as "name (backend, device type)" (native only; in the
+/// browser there is the one the browser picks).
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn adapters() -> Vec<String> {
+    let (instance, backends) = instance();
+    instance.enumerate_adapters(backends).await.iter().map(|a| {
+        let i = a.get_info();
+        format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+    }).collect()
+}
+
+/// The first adapter whose name contains `name`, ignoring case.
+#[cfg(not(target_arch = "wasm32"))]
+async fn adapter_named(instance: &wgpu::Instance, backends: wgpu::Backends, name: &str) -> Result<wgpu::Adapter> {
+    let all = instance.enumerate_adapters(backends).await;
+    let names: Vec<String> = all.iter().map(|a| a.get_info().name).collect();
+    let low = name.to_lowercase();
+    all.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&low)).ok_or_else(|| {
+        let here = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+        Error::Gpu(format!("no GPU adapter's name contains {name:?}; adapters here: {here}"))
+    })
+}
+
+fn instance() -> (wgpu::Instance, wgpu::Backends) {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
+    let backends = desc.backends;
+    (wgpu::Instance::new(desc), backends)
 }
 
 /// The optional kernel paths a device uses; each has a baseline fallback that is tested.
@@ -118,24 +152,30 @@ pub fn binding_size(max_storage_binding: u64, max_buffer: u64, cap: Option<u64>)
 impl Gpu {
     /// Opens the best adapter with its own limits (not WebGPU's defaults).
     pub async fn new(opts: &GpuOptions) -> Result<Self> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-        desc.backends = wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY);
-        let instance = wgpu::Instance::new(desc);
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                force_fallback_adapter: false,
-                compatible_surface: None,
-                apply_limit_buckets: false,
-            })
-            .await
-            .map_err(|e| {
-                #[cfg(not(target_arch = "wasm32"))]
-                let fix = "install a Vulkan driver; on Debian/Ubuntu: apt-get install mesa-vulkan-drivers gives a CPU fallback";
-                #[cfg(target_arch = "wasm32")]
-                let fix = "this browser has no WebGPU (Chromium 113+ or enable it in the browser's settings)";
-                Error::Gpu(format!("no usable GPU adapter ({e}): {fix}"))
-            })?;
+        let (instance, backends) = instance();
+        #[cfg(not(target_arch = "wasm32"))]
+        let wanted = opts.adapter.clone().or_else(|| std::env::var("TILDEOPEN_ADAPTER").ok()).filter(|n| !n.is_empty());
+        #[cfg(target_arch = "wasm32")]
+        let wanted: Option<String> = { let _ = backends; None };
+        let adapter = match wanted {
+            #[cfg(not(target_arch = "wasm32"))]
+            Some(name) => adapter_named(&instance, backends, &name).await?,
+            _ => instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    force_fallback_adapter: false,
+                    compatible_surface: None,
+                    apply_limit_buckets: false,
+                })
+                .await
+                .map_err(|e| {
+                    #[cfg(not(target_arch = "wasm32"))]
+                    let fix = "install a Vulkan driver; on Debian/Ubuntu: apt-get install mesa-vulkan-drivers gives a CPU fallback";
+                    #[cfg(target_arch = "wasm32")]
+                    let fix = "this browser has no WebGPU (Chromium 113+ or enable it in the browser's settings)";
+                    Error::Gpu(format!("no usable GPU adapter ({e}): {fix}"))
+                })?,
+        };
         let info = adapter.get_info();
         let al = adapter.limits();
         let mut limits = wgpu::Limits::downlevel_defaults();
