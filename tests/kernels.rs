@@ -95,7 +95,6 @@ fn every_type_every_kernel() {
     let cols = xs[1];
     let whole = gpu_plain(None);
     let sg = gpu_subgroups();
-    println!("subgroup matvec by default: {}", whole.fast.subgroups);
     // The default kernels, the same with tensors split across buffers, and the subgroup matvec.
     for (split, subgroups) in [(false, false), (true, false), (false, true)] {
         for ty in GgmlType::ALL {

@@ -255,7 +255,7 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                 let mut v: Vec<_> = prof.iter().collect();
                 v.sort_by(|a, b| b.1.total_cmp(a.1));
                 for (k, t) in v {
-                    eprintln!("{k:>10}: {t:8.3} s");
+                    eprintln!("{k:>17}: {t:8.3} s");
                 }
             }
             let info = &l.model.gpu.info;
