@@ -243,3 +243,34 @@ fn smollm2_answers_riga_in_the_response_format() {
     assert_eq!(u["total_tokens"].as_u64().unwrap(), u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap());
     assert_eq!(u["prompt_tokens"].as_u64().unwrap() as usize, eng.prompt_tokens(&req).unwrap().len());
 }
+
+/// A prompt id outside the model's vocabulary (a tokenizer with more tokens than the model)
+/// fails its own request with a 400 when it is admitted; a request already in flight goes on
+/// (it used to reach the forward pass and fail every request there).
+#[test]
+fn a_token_outside_the_vocabulary_fails_only_its_request() {
+    let (model, tok) = tiny();
+    let mut eng = engine(&model, tok, 256);
+    let ok = eng.submit(&greedy("Hello", 4), false).unwrap();
+    let mut bad = eng.prompter().prepare(&greedy("Hi", 4)).unwrap();
+    bad.prompt.push(model.cfg.vocab_size as u32 + 3);
+    let e = eng.admit(bad, false).unwrap_err();
+    assert_eq!(e.status, 400, "{e:?}");
+    assert!(e.message.contains("vocabulary"), "{}", e.message);
+    let mut done = None;
+    for _ in 0..64 {
+        for ev in pollster::block_on(eng.step()) {
+            if ev.id == ok {
+                match ev.output {
+                    tildeopen::chat::Output::Completion(c) => done = Some(c),
+                    tildeopen::chat::Output::Error(e) => panic!("the good request failed: {e:?}"),
+                    tildeopen::chat::Output::Chunk(_) => {}
+                }
+            }
+        }
+        if done.is_some() {
+            break;
+        }
+    }
+    assert_eq!(done.expect("the good request finished").usage.completion_tokens, 4);
+}

@@ -384,6 +384,12 @@ impl ChatEngine {
         if prompt.len() >= ctx {
             return Err(ApiError::context_length(prompt.len(), ctx));
         }
+        // A tokenizer with more tokens than the model (added tokens in tokenizer.json) could
+        // otherwise put an id into a pass that fails it for every request in flight.
+        let vocab = self.session.vocab_size();
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ApiError::invalid(format!("the prompt holds token id {bad}, outside the model's vocabulary of {vocab} (tokenizer and model do not match)"), Some("messages")));
+        }
         let common_with = |i: usize| common_prefix(self.session.tokens_of(i), &prompt);
         let Some(slot) = (0..self.slots.len())
             .filter(|&i| !self.slots[i].busy)
@@ -425,7 +431,7 @@ impl ChatEngine {
             prompt_tokens: prompt.len(),
             max_new,
             produced: 0,
-            sampler: Sampler::new(sampling, &prompt),
+            sampler: Sampler::new(sampling, &prompt, &self.stop_ids),
             decoder: StreamDecoder::new(),
             stop: StopFilter { stops, held: String::new() },
             filter: OutputFilter::new(task.as_ref()),
@@ -591,7 +597,18 @@ impl ChatEngine {
         let mut finished = Vec::new();
         for (r, &i) in owners.iter().enumerate() {
             let t = match logits.get_mut(r) {
-                Some(l) if self.active[i].g.sampler.needs_logits() => self.active[i].g.sampler.sample(l),
+                Some(l) if self.active[i].g.sampler.needs_logits() => match self.active[i].g.sampler.sample(l) {
+                    Some(t) => t,
+                    None => {
+                        // No finite logit in this row: only this request ends (as a NaN row
+                        // from the GPU's argmax would end the pass).
+                        let a = &self.active[i];
+                        let e = ApiError { status: 500, message: "the model produced no finite logit (NaN or infinity) for this request".into(), kind: "server_error".into(), param: None, code: None };
+                        self.outbox.push_back(Event { id: a.id, output: Output::Error(e), last: true });
+                        finished.push(a.id);
+                        continue;
+                    }
+                },
                 _ => argmax[r],
             };
             self.stats.generated += 1;
@@ -761,10 +778,15 @@ fn accept(tok: &Tokenizer, stop_ids: &[u32], g: &mut Generation, t: u32) -> Resu
     }
     if g.finished.is_some() {
         let tail = g.decoder.finish(tok)?;
-        let (tail, _) = g.stop.push(&tail);
+        let (tail, hit) = g.stop.push(&tail);
         out += &g.filter.push(&tail);
-        let rest = g.stop.finish();
-        out += &g.filter.push(&rest);
+        if hit {
+            // The decoder's held-back tail completed a stop string: the answer stopped there.
+            g.finished = Some(FinishReason::Stop);
+        } else {
+            let rest = g.stop.finish();
+            out += &g.filter.push(&rest);
+        }
         out += &g.filter.finish();
     }
     Ok(out)

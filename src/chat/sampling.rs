@@ -49,12 +49,16 @@ pub struct Sampler {
     rng: u64,
     /// Tokens in the context (prompt and generated), for the repetition penalty.
     seen: HashMap<u32, u32>,
+    /// Never penalised: the end-of-turn/stop tokens, which every chat prompt holds (its turn
+    /// markers); penalising them would keep answers from ending.
+    exempt: Vec<u32>,
     /// Generated tokens and their counts, for presence/frequency penalties.
     generated: HashMap<u32, u32>,
 }
 
 impl Sampler {
-    pub fn new(p: SamplingParams, prompt: &[u32]) -> Self {
+    /// `exempt`: tokens the repetition penalty never touches (the stop tokens).
+    pub fn new(p: SamplingParams, prompt: &[u32], exempt: &[u32]) -> Self {
         let seed = p.seed.unwrap_or_else(crate::util::clock_seed);
         let mut seen = HashMap::new();
         if p.repetition_penalty != 1.0 {
@@ -62,7 +66,7 @@ impl Sampler {
                 *seen.entry(t).or_insert(0) += 1;
             }
         }
-        Sampler { p, rng: seed ^ crate::util::GOLDEN, seen, generated: HashMap::new() }
+        Sampler { p, rng: seed ^ crate::util::GOLDEN, seen, exempt: exempt.to_vec(), generated: HashMap::new() }
     }
 
     /// Whether [`Sampler::sample`] needs the logits (otherwise the GPU argmax is the answer).
@@ -82,11 +86,12 @@ impl Sampler {
         crate::util::splitmix64_f64(&mut self.rng)
     }
 
-    /// The next token from the last position's logits (modified in place by the penalties).
-    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+    /// The next token from the last position's logits (modified in place by the penalties);
+    /// `None` when no logit is finite.
+    pub fn sample(&mut self, logits: &mut [f32]) -> Option<u32> {
         let rp = self.p.repetition_penalty;
         if rp != 1.0 {
-            for &t in self.seen.keys() {
+            for &t in self.seen.keys().filter(|t| !self.exempt.contains(t)) {
                 if let Some(l) = logits.get_mut(t as usize) {
                     *l = if *l > 0.0 { *l / rp } else { *l * rp };
                 }
@@ -99,22 +104,20 @@ impl Sampler {
                 }
             }
         }
-        let argmax = || {
-            let mut best = 0;
+        if self.p.temperature <= 0.0 {
+            // The first of the largest finite logits (NaN and infinities never win).
+            let mut best: Option<(usize, f32)> = None;
             for (i, &l) in logits.iter().enumerate() {
-                if l > logits[best] {
-                    best = i;
+                if l.is_finite() && best.is_none_or(|b| l > b.1) {
+                    best = Some((i, l));
                 }
             }
-            best as u32
-        };
-        if self.p.temperature <= 0.0 {
-            return argmax();
+            return best.map(|b| b.0 as u32);
         }
         // Candidates sorted by logit, cut by top-k.
         let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
         if cand.is_empty() {
-            return argmax();
+            return None;
         }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0));
         if self.p.top_k > 0 && self.p.top_k < cand.len() {
@@ -145,11 +148,11 @@ impl Sampler {
         let mut r = self.next_f64() * total;
         for (i, p) in probs[..keep].iter().enumerate() {
             if r < *p {
-                return cand[i].0;
+                return Some(cand[i].0);
             }
             r -= p;
         }
-        cand[keep - 1].0
+        Some(cand[keep - 1].0)
     }
 }
 
@@ -163,25 +166,41 @@ mod tests {
 
     #[test]
     fn greedy_and_penalties() {
-        let mut s = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() }, &[]);
+        let mut s = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() }, &[], &[]);
         assert!(!s.needs_logits());
-        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), 1);
+        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), Some(1));
         // Repetition penalty 2 on token 1 (seen in the prompt): 3.0 -> 1.5 < 2.0.
-        let mut s = Sampler::new(SamplingParams { temperature: 0.0, repetition_penalty: 2.0, ..Default::default() }, &[1]);
+        let rp = SamplingParams { temperature: 0.0, repetition_penalty: 2.0, ..Default::default() };
+        let mut s = Sampler::new(rp.clone(), &[1], &[]);
         assert!(s.needs_logits());
-        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), 2);
-        let mut s = Sampler::new(SamplingParams { temperature: 0.0, frequency_penalty: 0.6, ..Default::default() }, &[]);
+        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), Some(2));
+        // ... unless token 1 is a stop token (every chat prompt holds its turn markers).
+        let mut s = Sampler::new(rp, &[1], &[1]);
+        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), Some(1));
+        let mut s = Sampler::new(SamplingParams { temperature: 0.0, frequency_penalty: 0.6, ..Default::default() }, &[], &[]);
         s.accept(1);
         s.accept(1);
-        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), 2);
+        assert_eq!(s.sample(&mut [0.1, 3.0, 2.0]), Some(2));
+    }
+
+    #[test]
+    fn non_finite_logits() {
+        let greedy = SamplingParams { temperature: 0.0, presence_penalty: 0.5, ..Default::default() };
+        let mut s = Sampler::new(greedy.clone(), &[], &[]);
+        assert_eq!(s.sample(&mut [f32::NAN, 1.0, f32::INFINITY, 2.0]), Some(3));
+        let mut s = Sampler::new(greedy, &[], &[]);
+        assert_eq!(s.sample(&mut [f32::NAN, f32::NEG_INFINITY]), None);
+        let mut s = Sampler::new(params(1.0), &[], &[]);
+        assert_eq!(s.sample(&mut [f32::NAN, f32::NAN]), None);
+        assert_eq!(s.sample(&mut [f32::NAN, 0.5]), Some(1));
     }
 
     #[test]
     fn seeded_and_truncated() {
         let logits: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin()).collect();
         let draw = |p: SamplingParams| {
-            let mut s = Sampler::new(p, &[]);
-            (0..50).map(|_| s.sample(&mut logits.clone())).collect::<Vec<_>>()
+            let mut s = Sampler::new(p, &[], &[]);
+            (0..50).map(|_| s.sample(&mut logits.clone()).unwrap()).collect::<Vec<_>>()
         };
         assert_eq!(draw(params(1.0)), draw(params(1.0)));
         assert_ne!(draw(params(1.0)), draw(SamplingParams { seed: Some(8), ..params(1.0) }));

@@ -793,6 +793,11 @@ impl Session {
     }
 
     /// The token ids in the KV cache of sequence `seq`, in order.
+    /// The model's vocabulary size (token ids run below it).
+    pub fn vocab_size(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+
     pub fn tokens_of(&self, seq: usize) -> &[u32] {
         &self.held[seq]
     }
