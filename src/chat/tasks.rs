@@ -165,6 +165,13 @@ fn is_preamble(line: &str) -> bool {
     l.ends_with(':') && l.len() < 80 && PREAMBLES.iter().any(|p| l.starts_with(p))
 }
 
+/// Whether an unfinished first line could still turn out a preamble (so it must be held): it
+/// is short enough and starts with, or is the start of, a preamble word.
+fn may_become_preamble(partial: &str) -> bool {
+    let l = partial.trim_start().to_lowercase();
+    l.trim_end().len() < 80 && PREAMBLES.iter().any(|p| l.starts_with(p) || p.starts_with(l.as_str()))
+}
+
 /// Cleans a task's output as it streams; `push` and `finish` together give exactly what the
 /// whole-text cleaning gives, so streamed deltas concatenate to the non-streamed content.
 ///
@@ -235,7 +242,9 @@ impl OutputFilter {
                     }
                     self.held = rest;
                 }
-                None if !end => return String::new(),
+                // An unfinished first line is held only while it could still be a preamble, so
+                // a one-line answer streams as it comes.
+                None if !end && !self.source_first_line_preamble && may_become_preamble(&self.held) => return String::new(),
                 _ => {}
             }
             if self.held.is_empty() && !end {
@@ -323,10 +332,26 @@ mod tests {
         assert_eq!(clean_output(None, " \"x\" "), " \"x\" ");
     }
 
+    /// A one-line answer streams as it comes; only a line that could be a preamble is held.
+    #[test]
+    fn one_line_answers_stream() {
+        let t = tr("I like cakes.");
+        let mut f = OutputFilter::new(Some(&t));
+        assert_eq!(f.push("Man pat"), "Man pat");
+        assert_eq!(f.push("īk kūkas."), "īk kūkas.");
+        let mut f = OutputFilter::new(Some(&t));
+        assert_eq!(f.push("Here is"), "");
+        assert_eq!(f.push(" the translation:"), "");
+        assert_eq!(f.push("\nMan"), "Man");
+        let mut f = OutputFilter::new(Some(&t));
+        assert_eq!(f.push("Her"), "");
+        assert_eq!(f.push("bert"), "Herbert");
+    }
+
     #[test]
     fn streaming_equals_whole() {
         let t = tr("Hello.\n\nWorld.");
-        for out in ["Here is the translation:\nSveiki.\n\nPasaule.", "\"Sveiki.\n\nPasaule.\"", "Sveiki.\n\n\"Pasaule\".  ", "  x", ""] {
+        for out in ["Here is the translation:\nSveiki.\n\nPasaule.", "\"Sveiki.\n\nPasaule.\"", "Sveiki.\n\n\"Pasaule\".  ", "  x", "", "Hereby: x", "Sure:\nJā.", "Sure thing"] {
             let whole = clean_output(Some(&t), out);
             for step in 1..4 {
                 let mut f = OutputFilter::new(Some(&t));
