@@ -347,6 +347,16 @@ fn batch_transform_order_errors_join_and_resume() {
     assert!(o.status.success());
     let joined = read();
     assert_eq!(joined.len(), 5);
+    // The request as written, byte for byte, then the response as its last member, whose
+    // fields come in the spec's order.
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let raw: Vec<&str> = text.lines().collect();
+    for i in [0, 3, 4] {
+        let want = format!("{},\"SageMakerOutput\":{{\"id\":\"chatcmpl-", req(i).strip_suffix('}').unwrap());
+        assert!(raw[i].starts_with(&want), "{}", raw[i]);
+        let keys: Vec<usize> = ["\"object\"", "\"created\"", "\"model\"", "\"choices\"", "\"usage\""].iter().map(|k| raw[i].find(k).unwrap()).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{}", raw[i]);
+    }
     for (i, want) in [(0, 0), (3, 3), (4, 4)] {
         assert_eq!(joined[i]["id_in_test"], want);
         assert_eq!(joined[i]["max_tokens"], 3);

@@ -78,7 +78,8 @@ pub fn run(
     let t0 = std::time::Instant::now();
     let (mut next_submit, mut next_write) = (resumed, resumed);
     let mut in_flight: HashMap<RequestId, usize> = HashMap::new();
-    let mut done: BTreeMap<usize, std::result::Result<serde_json::Value, ApiError>> = BTreeMap::new();
+    // Each finished line's response, serialized (a completion keeps its fields' order).
+    let mut done: BTreeMap<usize, std::result::Result<String, ApiError>> = BTreeMap::new();
     while next_write < lines.len() {
         while next_submit < lines.len() && eng.has_free_slot() {
             let submitted = ChatRequest::from_json(lines[next_submit]).and_then(|req| eng.submit(&ChatRequest { stream: Some(false), ..req }, false));
@@ -93,19 +94,12 @@ pub fn run(
             next_submit += 1;
         }
         while let Some(result) = done.remove(&next_write) {
-            let original: Option<serde_json::Value> = serde_json::from_str::<serde_json::Value>(lines[next_write]).ok().filter(|v| v.is_object());
             let response = result.unwrap_or_else(|e| {
                 s.errors += 1;
-                e.body()
+                e.body().to_string()
             });
-            let record = match (join_input, original) {
-                (true, Some(serde_json::Value::Object(mut o))) => {
-                    o.insert("SageMakerOutput".into(), response);
-                    serde_json::Value::Object(o)
-                }
-                _ => response,
-            };
-            let mut bytes = serde_json::to_vec(&record).unwrap();
+            let record = if join_input { joined(lines[next_write], &response) } else { response };
+            let mut bytes = record.into_bytes();
             bytes.push(b'\n');
             out.write_all(&bytes).map_err(io(&out_path))?;
             out.flush().map_err(io(&out_path))?;
@@ -122,7 +116,7 @@ pub fn run(
                 Output::Completion(c) => {
                     s.prompt_tokens += c.usage.prompt_tokens;
                     s.completion_tokens += c.usage.completion_tokens;
-                    Ok(serde_json::to_value(&c).unwrap())
+                    Ok(serde_json::to_string(&c).unwrap())
                 }
                 Output::Error(e) => Err(e),
                 Output::Chunk(_) => unreachable!("batch requests are submitted without streaming"),
@@ -132,4 +126,39 @@ pub fn run(
     }
     s.seconds = t0.elapsed().as_secs_f64();
     Ok(s)
+}
+
+/// The input line with the response added under "SageMakerOutput" (JoinSource=Input): the
+/// request object as it was written, byte for byte, with the response as its last member. A
+/// line that is no JSON object gets the response alone; one that already has the key gets it
+/// replaced (re-serialized, the one case where the request's own text changes).
+fn joined(line: &str, response: &str) -> String {
+    let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return response.to_string();
+    };
+    if o.contains_key("SageMakerOutput") {
+        let v = serde_json::from_str(response).unwrap_or(serde_json::Value::Null);
+        o.insert("SageMakerOutput".into(), v);
+        return serde_json::Value::Object(o).to_string();
+    }
+    // A valid object ends with `}` once trimmed; what comes before it is `{` or its members.
+    let body = line.trim().strip_suffix('}').unwrap_or("{").trim_end();
+    let sep = if body.ends_with('{') { "" } else { "," };
+    format!("{body}{sep}\"SageMakerOutput\":{response}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined;
+
+    #[test]
+    fn joined_keeps_the_request_as_written() {
+        let r = r#"{"id":"x"}"#;
+        assert_eq!(joined(r#" {"max_tokens": 1.0E2, "messages": []} "#, r), r#"{"max_tokens": 1.0E2, "messages": [],"SageMakerOutput":{"id":"x"}}"#);
+        assert_eq!(joined("{ }", r), r#"{"SageMakerOutput":{"id":"x"}}"#);
+        assert_eq!(joined("[1]", r), r);
+        assert_eq!(joined("not json", r), r);
+        let again: serde_json::Value = serde_json::from_str(&joined(r#"{"SageMakerOutput":1,"a":2}"#, r)).unwrap();
+        assert_eq!(again, serde_json::json!({"a": 2, "SageMakerOutput": {"id": "x"}}));
+    }
 }
