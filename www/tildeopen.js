@@ -156,6 +156,12 @@ export function taskRequest(type, args) {
   return { ...rest, task: { type, ...TASK_FIELDS[type]({ text, from, to, glossary, examples, context, question, instruction }) } };
 }
 
+/** Runs `f` (sync or async); whatever it throws (an engine error, a trap, a lost device)
+ * comes out as an engine error with type and code. */
+async function guard(f) {
+  try { return await f(); } catch (e) { throw parseError(e); }
+}
+
 function parseError(e) {
   // Engine errors carry the JSON error body as their message (and its fields as properties).
   if (e instanceof Error && e.code !== undefined) return e;
@@ -191,9 +197,9 @@ export async function createEngineInThread(opts) {
     const pull = (state) =>
       serial(async () => {
         if (state.done) return { done: true, value: undefined };
-        if (!started) { started = true; active = token; await wasm.start_stream(req); }
+        if (!started) { started = true; active = token; await guard(() => wasm.start_stream(req)); }
         else if (active !== token) { state.done = true; throw superseded(); }
-        const chunk = await wasm.next_chunk();
+        const chunk = await guard(() => wasm.next_chunk());
         if (chunk === undefined) { state.done = true; active = 0; return { done: true, value: undefined }; }
         return { done: false, value: chunk };
       });
