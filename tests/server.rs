@@ -129,6 +129,41 @@ fn endpoints_stream_errors_and_concurrency() {
     assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
     let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(text, contents[0]);
+    // One id, created and model across the chunks; finish_reason only on the last; no usage
+    // unless asked for.
+    for c in &chunks {
+        for k in ["id", "created", "model"] {
+            assert_eq!(c[k], chunks[0][k], "{c}");
+        }
+        assert!(c.get("usage").is_none_or(|u| u.is_null()), "{c}");
+    }
+    assert!(chunks[..chunks.len() - 1].iter().all(|c| c["choices"][0]["finish_reason"].is_null()));
+    assert!(chunks[0]["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    // stream_options.include_usage: the final chunk (the one with finish_reason) carries usage,
+    // and it matches the non-streamed response's.
+    let (_, whole) = post(&format!("{b}/v1/chat/completions"), HI);
+    let u = &whole["usage"];
+    assert_eq!(u["total_tokens"].as_u64(), Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()), "{whole}");
+    assert!(u["prompt_tokens"].as_u64().unwrap() > 5, "{whole}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(whole["created"].as_u64().unwrap().abs_diff(now) < 600, "{whole}");
+    let events = sse(&format!("{b}/v1/chat/completions"), &HI.replace("\"temperature\"", "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\""));
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let last: serde_json::Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last}");
+    assert_eq!(last["usage"], *u, "{last}");
+    // A stop string: finish_reason "stop", the stop text left out, streamed and not.
+    let second_word = contents[0].split_whitespace().nth(1).expect("two words in 8 tokens").to_string();
+    let stop_req = HI.replace("\"max_tokens\":8", &format!("\"max_tokens\":8,\"stop\":[{}]", serde_json::json!(second_word)));
+    let (_, v) = post(&format!("{b}/v1/chat/completions"), &stop_req);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let cut = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(contents[0].starts_with(cut) && !cut.contains(&second_word), "{cut:?} of {:?}", contents[0]);
+    let events = sse(&format!("{b}/v1/chat/completions"), &stop_req.replace("\"temperature\"", "\"stream\":true,\"temperature\""));
+    let chunks: Vec<serde_json::Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+    let streamed: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(streamed, cut);
 
     // 4xx with JSON error bodies, no choices.
     let long = "word ".repeat(300);
