@@ -360,7 +360,8 @@ fn batch_transform_order_errors_join_and_resume() {
     let input = dir.join("requests.jsonl");
     let req = |i: usize| format!(r#"{{"id_in_test":{i},"messages":[{{"role":"user","content":"Request {i}"}}],"max_tokens":3,"temperature":0.0}}"#);
     let lines = [req(0), "{broken".into(), r#"{"messages":[{"role":"user","content":"x"}],"top_p":7}"#.into(), req(3), String::new(), req(4)];
-    std::fs::write(&input, lines.join("\n")).unwrap();
+    // With a byte-order mark, as some editors write: it is not part of the first request.
+    std::fs::write(&input, format!("\u{feff}{}", lines.join("\n"))).unwrap();
     let m = tiny();
     let out_dir = dir.join("out");
     let o = batch(&["batch", "--model", &m, input.to_str().unwrap(), "--output-dir", out_dir.to_str().unwrap()]);

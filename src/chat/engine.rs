@@ -588,7 +588,7 @@ impl ChatEngine {
         let argmax = if owners.iter().all(|&i| self.active[i].g.sampler.needs_logits()) {
             Vec::new()
         } else {
-            self.session.output_argmax(rows).await?
+            self.session.output_argmax_rows(rows).await?
         };
         let mut logits = match need {
             Some(last) => self.session.output_logits(last + 1).await?,
@@ -597,19 +597,18 @@ impl ChatEngine {
         let mut finished = Vec::new();
         for (r, &i) in owners.iter().enumerate() {
             let t = match logits.get_mut(r) {
-                Some(l) if self.active[i].g.sampler.needs_logits() => match self.active[i].g.sampler.sample(l) {
-                    Some(t) => t,
-                    None => {
-                        // No finite logit in this row: only this request ends (as a NaN row
-                        // from the GPU's argmax would end the pass).
-                        let a = &self.active[i];
-                        let e = ApiError { status: 500, message: "the model produced no finite logit (NaN or infinity) for this request".into(), kind: "server_error".into(), param: None, code: None };
-                        self.outbox.push_back(Event { id: a.id, output: Output::Error(e), last: true });
-                        finished.push(a.id);
-                        continue;
-                    }
-                },
+                Some(l) if self.active[i].g.sampler.needs_logits() => self.active[i].g.sampler.sample(l),
                 _ => argmax[r],
+            };
+            let Some(t) = t else {
+                // No finite logit in this row (the activations overflowed): only this request
+                // ends, and its slot's cache, which may hold the bad rows, is forgotten.
+                let a = &self.active[i];
+                let e = ApiError { status: 500, message: "the model produced no finite logit (NaN or infinity) for this request".into(), kind: "server_error".into(), param: None, code: None };
+                self.outbox.push_back(Event { id: a.id, output: Output::Error(e), last: true });
+                self.session.truncate_seq(a.slot, 0);
+                finished.push(a.id);
+                continue;
             };
             self.stats.generated += 1;
             let a = &mut self.active[i];

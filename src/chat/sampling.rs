@@ -105,10 +105,11 @@ impl Sampler {
             }
         }
         if self.p.temperature <= 0.0 {
-            // The first of the largest finite logits (NaN and infinities never win).
+            // The first of the largest logits above -3.4e38 (NaN never wins, +inf does): the
+            // GPU's argmax.wgsl rule, so greedy rows agree with and without penalties.
             let mut best: Option<(usize, f32)> = None;
             for (i, &l) in logits.iter().enumerate() {
-                if l.is_finite() && best.is_none_or(|b| l > b.1) {
+                if l > -3.4e38 && best.is_none_or(|b| l > b.1) {
                     best = Some((i, l));
                 }
             }
@@ -187,7 +188,8 @@ mod tests {
     fn non_finite_logits() {
         let greedy = SamplingParams { temperature: 0.0, presence_penalty: 0.5, ..Default::default() };
         let mut s = Sampler::new(greedy.clone(), &[], &[]);
-        assert_eq!(s.sample(&mut [f32::NAN, 1.0, f32::INFINITY, 2.0]), Some(3));
+        assert_eq!(s.sample(&mut [f32::NAN, 1.0, f32::INFINITY, 2.0]), Some(2));
+        assert_eq!(s.sample(&mut [f32::NAN, 1.0, 2.0, 2.0]), Some(2));
         let mut s = Sampler::new(greedy, &[], &[]);
         assert_eq!(s.sample(&mut [f32::NAN, f32::NEG_INFINITY]), None);
         let mut s = Sampler::new(params(1.0), &[], &[]);

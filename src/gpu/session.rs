@@ -792,11 +792,12 @@ impl Session {
         self.held[seq].len()
     }
 
-    /// The token ids in the KV cache of sequence `seq`, in order.
     /// The model's vocabulary size (token ids run below it).
     pub fn vocab_size(&self) -> usize {
         self.model.cfg.vocab_size
     }
+
+    /// The token ids in the KV cache of sequence `seq`, in order.
 
     pub fn tokens_of(&self, seq: usize) -> &[u32] {
         &self.held[seq]
@@ -1041,13 +1042,19 @@ impl Session {
     /// The greedy next token of the first `rows` output rows of the last pass (computed on the
     /// GPU: 4 bytes a row are read back).
     pub async fn output_argmax(&self, rows: usize) -> Result<Vec<u32>> {
-        let b = self.model.gpu.read(&self.bufs.argmax, 0, (rows * 4) as u64).await?;
-        let ids: Vec<u32> = bytemuck::cast_slice(&b).to_vec();
-        // A row without one finite logit (NaN or -inf throughout) has no argmax.
-        if let Some(r) = ids.iter().position(|&i| i as usize >= self.model.cfg.vocab_size) {
+        let ids = self.output_argmax_rows(rows).await?;
+        if let Some(r) = ids.iter().position(Option::is_none) {
             return Err(Error::Gpu(format!("output row {r} has no finite logit: the activations overflowed")));
         }
-        Ok(ids)
+        Ok(ids.into_iter().flatten().collect())
+    }
+
+    /// As [`Session::output_argmax`], with `None` for a row that has no argmax (no logit but
+    /// NaN or -inf), so a caller can fail only that row's request.
+    pub async fn output_argmax_rows(&self, rows: usize) -> Result<Vec<Option<u32>>> {
+        let b = self.model.gpu.read(&self.bufs.argmax, 0, (rows * 4) as u64).await?;
+        let ids: &[u32] = bytemuck::cast_slice(&b);
+        Ok(ids.iter().map(|&i| (i < self.model.cfg.vocab_size as u32).then_some(i)).collect())
     }
 
     /// The logits of the first `rows` output rows of the last pass.

@@ -67,7 +67,8 @@ pub fn run(
         return Err(Error::Input("batch needs an engine with no requests in flight".into()));
     }
     let text = std::fs::read_to_string(input).map_err(io(input))?;
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // A UTF-8 byte-order mark (some editors write one) is not part of the first request.
+    let lines: Vec<&str> = text.strip_prefix('\u{feff}').unwrap_or(&text).lines().filter(|l| !l.trim().is_empty()).collect();
     if let Some(d) = output_dir {
         std::fs::create_dir_all(d).map_err(io(d))?;
     }
@@ -129,7 +130,8 @@ pub fn run(
 }
 
 /// The input line with the response added under "SageMakerOutput" (JoinSource=Input): the
-/// request object as it was written, byte for byte, with the response as its last member. A
+/// request object's text as it was written (outer whitespace trimmed), with the response as its
+/// last member. A
 /// line that is no JSON object gets the response alone; one that already has the key gets it
 /// replaced (re-serialized, the one case where the request's own text changes).
 fn joined(line: &str, response: &str) -> String {
