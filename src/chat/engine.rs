@@ -386,8 +386,8 @@ impl ChatEngine {
         }
         // A tokenizer with more tokens than the model (added tokens in tokenizer.json) could
         // otherwise put an id into a pass that fails it for every request in flight.
-        let vocab = self.session.vocab_size();
-        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        if let Some(bad) = self.session.out_of_vocab(&prompt) {
+            let vocab = self.session.vocab_size();
             return Err(ApiError::invalid(format!("the prompt holds token id {bad}, outside the model's vocabulary of {vocab} (tokenizer and model do not match)"), Some("messages")));
         }
         let common_with = |i: usize| common_prefix(self.session.tokens_of(i), &prompt);

@@ -797,8 +797,12 @@ impl Session {
         self.model.cfg.vocab_size
     }
 
-    /// The token ids in the KV cache of sequence `seq`, in order.
+    /// The first of `tokens` outside the model's vocabulary, if any.
+    pub fn out_of_vocab(&self, tokens: &[u32]) -> Option<u32> {
+        tokens.iter().copied().find(|&t| t as usize >= self.model.cfg.vocab_size)
+    }
 
+    /// The token ids in the KV cache of sequence `seq`, in order.
     pub fn tokens_of(&self, seq: usize) -> &[u32] {
         &self.held[seq]
     }
@@ -879,7 +883,7 @@ impl Session {
         if tokens.is_empty() {
             return Err(Error::Input("no tokens to feed".into()));
         }
-        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        if let Some(bad) = self.out_of_vocab(tokens) {
             return Err(Error::Input(format!("token id {bad} is out of range (vocabulary of {vocab})")));
         }
         let pos = self.held[seq].len();
