@@ -12,10 +12,11 @@ use crate::error::Result;
 use crate::model::Model;
 use crate::chat::sampling::Sampler;
 use crate::chat::tasks::OutputFilter;
-use crate::text::template::ChatTemplate;
+use crate::text::template::{content_marker, place_contents, ChatTemplate};
 use crate::text::tokenizer::{StreamDecoder, Tokenizer};
 use futures_util::Stream;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 /// The largest context a request may use (the response format's limit).
@@ -129,7 +130,7 @@ impl Prompter {
     /// the context is rejected before it is tokenized.
     pub fn prepare(&self, req: &ChatRequest) -> std::result::Result<Prepared, ApiError> {
         req.validate()?;
-        let text = self.render(req)?;
+        let (text, guarded) = self.render_guarded(req)?;
         // Letters, digits and ASCII punctuation survive every normalizer (spaces may collapse,
         // accents and control characters may go), and each token spells at most
         // `max_piece_bytes` of them.
@@ -150,7 +151,7 @@ impl Prompter {
             );
             return Err(e);
         }
-        let prompt = self.tokenize(&text)?;
+        let prompt = self.tokenize(&text, &guarded)?;
         if prompt.is_empty() {
             return Err(ApiError::invalid("the request renders to an empty prompt".into(), Some("messages")));
         }
@@ -169,14 +170,34 @@ impl Prompter {
 
     /// The prompt text a request renders to.
     pub fn render(&self, req: &ChatRequest) -> std::result::Result<String, ApiError> {
+        Ok(self.render_guarded(req)?.0)
+    }
+
+    /// The prompt text a request renders to, and the byte ranges its messages' contents take
+    /// in it when one of them holds special-token text (`<|user|>`, `</s>`): those stay text
+    /// when the prompt is tokenized, so a message (a web page being translated) cannot open or
+    /// close turns. Where the template changes contents beyond recognition, such text is taken
+    /// out of the contents instead.
+    pub fn render_guarded(&self, req: &ChatRequest) -> std::result::Result<(String, Vec<Range<usize>>), ApiError> {
         let messages: Vec<Message> = req.effective_messages();
-        Ok(self.template.render(&messages, true)?)
+        let text = self.template.render(&messages, true)?;
+        if !messages.iter().any(|m| self.tokenizer.holds_special(&m.content)) {
+            return Ok((text, Vec::new()));
+        }
+        let marked: Vec<Message> = messages.iter().enumerate().map(|(i, m)| Message::new(&m.role, content_marker(i))).collect();
+        let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+        if let Some(ranges) = self.template.render(&marked, true).ok().and_then(|m| place_contents(&text, &m, &contents)) {
+            return Ok((text, ranges));
+        }
+        let cleaned: Vec<Message> =
+            messages.iter().map(|m| Message::new(&m.role, self.tokenizer.without_specials(&m.content))).collect();
+        Ok((self.template.render(&cleaned, true)?, Vec::new()))
     }
 
     /// The token ids of a rendered prompt (bos added when the tokenizer wants one and the
-    /// template did not).
-    pub fn tokenize(&self, text: &str) -> std::result::Result<Vec<u32>, ApiError> {
-        let mut ids = self.tokenizer.encode_chat(text)?;
+    /// template did not); special-token text inside `guarded` stays text.
+    pub fn tokenize(&self, text: &str, guarded: &[Range<usize>]) -> std::result::Result<Vec<u32>, ApiError> {
+        let mut ids = self.tokenizer.encode_chat_guarded(text, guarded)?;
         if let (true, Some(bos)) = (self.tokenizer.add_bos, self.tokenizer.bos) {
             if ids.first() != Some(&bos) {
                 ids.insert(0, bos);
@@ -363,7 +384,8 @@ impl ChatEngine {
 
     /// The prompt's token ids (bos added when the tokenizer wants one and the template did not).
     pub fn prompt_tokens(&self, req: &ChatRequest) -> std::result::Result<Vec<u32>, ApiError> {
-        self.prompter.tokenize(&self.prompter.render(req)?)
+        let (text, guarded) = self.prompter.render_guarded(req)?;
+        self.prompter.tokenize(&text, &guarded)
     }
 
     /// Takes a request in: [`Prompter::prepare`] then [`ChatEngine::admit`].

@@ -395,14 +395,24 @@ impl SpmModel {
         self.encode_normalized(&self.normalize(text))
     }
 
+    /// [`SpmModel::encode`], but user-defined pieces (TildeOpen's `<|user|>`) are not taken
+    /// whole from the text, nor made by merges: their text is text, spelt in other pieces.
+    pub fn encode_literal(&self, text: &str) -> Vec<u32> {
+        self.encode_mode(&self.normalize(text), true)
+    }
+
     /// Encodes text that is already normalised (no dummy prefix added here).
     pub fn encode_normalized(&self, norm: &str) -> Vec<u32> {
+        self.encode_mode(norm, false)
+    }
+
+    fn encode_mode(&self, norm: &str, literal: bool) -> Vec<u32> {
         if norm.is_empty() {
             return Vec::new();
         }
         let pieces = match self.kind {
-            SpmKind::Bpe => self.bpe(norm),
-            SpmKind::Unigram => self.unigram(norm),
+            SpmKind::Bpe => self.bpe(norm, literal),
+            SpmKind::Unigram => self.unigram(norm, literal),
         };
         let mut ids = Vec::with_capacity(pieces.len());
         for (piece, id) in pieces {
@@ -417,7 +427,7 @@ impl SpmModel {
         ids
     }
 
-    fn bpe<'s>(&self, s: &'s str) -> Vec<(&'s str, u32)> {
+    fn bpe<'s>(&self, s: &'s str, literal: bool) -> Vec<(&'s str, u32)> {
         // Symbols as a doubly linked list of byte ranges into `s`.
         struct Sym {
             start: usize,
@@ -429,7 +439,7 @@ impl SpmModel {
         let mut syms: Vec<Sym> = Vec::new();
         let mut pos = 0;
         while pos < s.len() {
-            let (len, frozen) = match self.user_defined_at(&s[pos..]) {
+            let (len, frozen) = match self.user_defined_at(&s[pos..]).filter(|_| !literal) {
                 Some((len, _)) => (len, true),
                 None => (s[pos..].chars().next().unwrap().len_utf8(), false),
             };
@@ -469,7 +479,7 @@ impl SpmModel {
                 return;
             }
             let piece = &s[a.start..b.end];
-            if let Some(&id) = self.lookup.get(piece) {
+            if let Some(&id) = self.lookup.get(piece).filter(|&&id| !(literal && self.pieces[id as usize].2 == PieceType::UserDefined)) {
                 agenda.push(Pair { score: self.pieces[id as usize].1, left: l as usize, right: r as usize, len: piece.len() });
                 if self.pieces[id as usize].2 == PieceType::Unused {
                     rev.insert(piece, (&s[a.start..a.end], &s[b.start..b.end]));
@@ -523,7 +533,7 @@ impl SpmModel {
         }
     }
 
-    fn unigram<'s>(&self, s: &'s str) -> Vec<(&'s str, u32)> {
+    fn unigram<'s>(&self, s: &'s str, literal: bool) -> Vec<(&'s str, u32)> {
         const UNK_PENALTY: f32 = 10.0;
         let unk_score = self.min_score - UNK_PENALTY;
         // best[i] = (score, start, id) of the best path ending at byte offset i.
@@ -544,6 +554,7 @@ impl SpmModel {
                 let (_, score, ty) = &self.pieces[id as usize];
                 let score = match ty {
                     PieceType::Unused => continue,
+                    PieceType::UserDefined if literal => continue,
                     PieceType::UserDefined => end_rel as f32 * self.max_score - 0.1,
                     _ => *score,
                 };

@@ -91,3 +91,36 @@ impl ChatTemplate {
         .map_err(|e| Error::Input(format!("chat template: {e}")))
     }
 }
+
+/// Stands in for message `i`'s content in a render that finds where the contents land
+/// ([`place_contents`]): private-use characters, which no template changes.
+pub fn content_marker(i: usize) -> String {
+    format!("\u{F8F0}{i}\u{F8F1}")
+}
+
+/// Where the messages' `contents` stand in `real`, a template's render of them: `marked` is
+/// the same template's render with each content replaced by its [`content_marker`]; the
+/// contents are put back (as they are, or trimmed, as templates that `| trim` them do) and the
+/// result must be `real` to the byte. `None` when it is not (the template changed a content in
+/// another way, or branched on it).
+pub fn place_contents(real: &str, marked: &str, contents: &[&str]) -> Option<Vec<std::ops::Range<usize>>> {
+    let put_back = |trim: bool| -> Option<Vec<std::ops::Range<usize>>> {
+        let mut out = String::with_capacity(real.len());
+        let mut ranges = Vec::new();
+        let mut rest = marked;
+        while let Some(open) = rest.find('\u{F8F0}') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + '\u{F8F0}'.len_utf8()..];
+            let close = after.find('\u{F8F1}')?;
+            let i: usize = after[..close].parse().ok()?;
+            let c = contents.get(i)?;
+            let c = if trim { c.trim() } else { c };
+            ranges.push(out.len()..out.len() + c.len());
+            out.push_str(c);
+            rest = &after[close + '\u{F8F1}'.len_utf8()..];
+        }
+        out.push_str(rest);
+        (out == real).then_some(ranges)
+    };
+    put_back(false).or_else(|| put_back(true))
+}

@@ -221,26 +221,81 @@ impl Tokenizer {
     /// does (for SentencePiece with its dummy prefix, as llama.cpp and transformers' slow
     /// tokenizer do). No bos is added.
     pub fn encode_chat(&self, text: &str) -> Result<Vec<u32>> {
-        if let Backend::Hf { special, .. } = &self.backend {
-            return Ok(special.encode_fast(text, false).map_err(hf_err)?.get_ids().to_vec());
+        self.encode_chat_guarded(text, &[])
+    }
+
+    /// [`Tokenizer::encode_chat`], except that special-token text overlapping a `guarded` byte
+    /// range (where the messages' contents stand in the rendered prompt) stays text: a message,
+    /// a page being translated, cannot open or close turns of its own. Without special-token
+    /// text in a guarded range the ids are exactly `encode_chat`'s.
+    pub fn encode_chat_guarded(&self, text: &str, guarded: &[std::ops::Range<usize>]) -> Result<Vec<u32>> {
+        let overlaps = |a: usize, b: usize| guarded.iter().any(|r| a < r.end && r.start < b);
+        if let Backend::Hf { special, plain } = &self.backend {
+            // The tokenizers crate finds special tokens itself: encode the guarded ranges that
+            // hold special-token text with the plain tokenizer and the rest as before.
+            let held: Vec<&std::ops::Range<usize>> = guarded
+                .iter()
+                .filter(|r| text.get(r.start..r.end).is_some_and(|c| self.specials.iter().any(|(s, _)| c.contains(s.as_str()))))
+                .collect();
+            let mut ids = Vec::new();
+            let mut at = 0;
+            for r in held {
+                if r.start < at {
+                    continue;
+                }
+                if r.start > at {
+                    ids.extend(special.encode_fast(&text[at..r.start], false).map_err(hf_err)?.get_ids());
+                }
+                ids.extend(plain.encode_fast(&text[r.start..r.end], false).map_err(hf_err)?.get_ids());
+                at = r.end;
+            }
+            if at < text.len() || ids.is_empty() {
+                ids.extend(special.encode_fast(&text[at..], false).map_err(hf_err)?.get_ids());
+            }
+            return Ok(ids);
         }
+        // A run of text between special tokens holds special-token text only where it
+        // overlaps a guarded range (everywhere else that text was taken as a token): such a run
+        // is spelt literally, since sentencepiece would take its user-defined pieces whole.
+        let run = |a: usize, b: usize| -> Result<Vec<u32>> {
+            match &self.backend {
+                Backend::Spm(m) if overlaps(a, b) && self.holds_special(&text[a..b]) => Ok(m.encode_literal(&text[a..b])),
+                _ => self.encode(&text[a..b]),
+            }
+        };
         let mut ids = Vec::new();
-        let mut rest = text;
+        let mut start = 0;
         let mut pending = 0;
-        while pending < rest.len() {
-            let here = &rest[pending..];
-            match self.specials.iter().find(|(s, _)| here.starts_with(s.as_str())) {
+        while start + pending < text.len() {
+            let at = start + pending;
+            let here = &text[at..];
+            match self.specials.iter().find(|(s, _)| here.starts_with(s.as_str()) && !overlaps(at, at + s.len())) {
                 Some((s, id)) => {
-                    ids.extend(self.encode(&rest[..pending])?);
+                    ids.extend(run(start, at)?);
                     ids.push(*id);
-                    rest = &here[s.len()..];
+                    start = at + s.len();
                     pending = 0;
                 }
                 None => pending += here.chars().next().map_or(1, char::len_utf8),
             }
         }
-        ids.extend(self.encode(rest)?);
+        ids.extend(run(start, text.len())?);
         Ok(ids)
+    }
+
+    /// Whether `text` holds a special token's text.
+    pub fn holds_special(&self, text: &str) -> bool {
+        self.specials.iter().any(|(s, _)| text.contains(s.as_str()))
+    }
+
+    /// `text` without any special token's text (removed until none is left, so no removal
+    /// can join two halves into a new one).
+    pub fn without_specials(&self, text: &str) -> String {
+        let mut t = text.to_string();
+        while let Some((s, _)) = self.specials.iter().find(|(s, _)| t.contains(s.as_str())) {
+            t = t.replace(s.as_str(), "");
+        }
+        t
     }
 
     /// The longest piece's text in bytes (as the vocabulary spells it, which is never shorter
