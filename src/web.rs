@@ -256,7 +256,13 @@ impl WasmEngine {
             };
             let mut shards = Vec::new();
             for f in files {
-                shards.push(fetch_shard(&io, &format!("{base}{f}")).await.map_err(engine_error)?);
+                let shard = fetch_shard(&io, &format!("{base}{f}")).await.map_err(engine_error)?;
+                // As natively: a tensor in two shards is refused, not taken from either.
+                let seen: &Vec<Shard> = &shards;
+                if let Some(dup) = shard.tensors.keys().find(|n| seen.iter().any(|s| s.tensors.contains_key(*n))) {
+                    return Err(engine_error(Error::corrupt(shard.url.clone(), format!("tensor {dup} is in two shards"))));
+                }
+                shards.push(shard);
             }
             total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.end - t.start)).sum());
             (cfg, tokenizer, None, shards)
@@ -339,8 +345,9 @@ impl WasmEngine {
 
     /// The next `chat.completion.chunk`, or `undefined` at the end.
     pub async fn next_chunk(&mut self) -> std::result::Result<JsValue, JsValue> {
-        let Some(mut s) = self.stream.take() else { return Ok(JsValue::UNDEFINED) };
+        // Checked first: after unload() the stream is gone too, and that is an error, not an end.
         self.check_device()?;
+        let Some(mut s) = self.stream.take() else { return Ok(JsValue::UNDEFINED) };
         match self.chat.next_chunk(&mut s).await {
             None => Ok(JsValue::UNDEFINED),
             Some(Ok(c)) => {

@@ -126,6 +126,21 @@ fn tiny_checkpoint_with_header(name: &str, from: &str, to: &str) -> (PathBuf, Ve
     (d, bytes)
 }
 
+/// Two shards holding the same tensor: refused (natively the last shard won, on the web the first).
+#[test]
+fn a_tensor_in_two_shards() {
+    let d = tmpdir("twoshards");
+    let src_dir = fixtures().join("models/tiny-tildeopen");
+    std::fs::copy(src_dir.join("config.json"), d.join("config.json")).unwrap();
+    for f in ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] {
+        std::os::unix::fs::symlink(src_dir.join("model.safetensors"), d.join(f)).unwrap();
+    }
+    let index = r#"{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
+    std::fs::write(d.join("model.safetensors.index.json"), index).unwrap();
+    let e = open_err(&d);
+    assert!(e.contains("in two shards"), "{e}");
+}
+
 #[test]
 fn safetensors_header_lies_about_sizes() {
     // Claim the lm_head is bigger than it is: same header length, offsets past the data.
@@ -234,6 +249,16 @@ fn invalid_config_values_name_the_field() {
         ("rope_theta", serde_json::json!(0.5)),
         ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "beta_fast": 0.0})),
         ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 0})),
+        // Wrongly typed fields were read as their defaults (a bias taken as absent, a wrapped size).
+        ("attention_bias", serde_json::json!("true")),
+        ("mlp_bias", serde_json::json!(1)),
+        ("tie_word_embeddings", serde_json::json!("true")),
+        ("hidden_act", serde_json::json!(5)),
+        ("hidden_size", serde_json::json!((1u64 << 32) + 64)),
+        ("eos_token_id", serde_json::json!((1u64 << 32) + 2)),
+        ("bos_token_id", serde_json::json!("1")),
+        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "beta_fast": "64"})),
+        ("rope_scaling", serde_json::json!({"type": "yarn", "factor": 4.0, "truncate": "no"})),
     ];
     for (key, value) in cases {
         let mut v = base.clone();
@@ -326,6 +351,44 @@ fn gguf_metadata_array_too_long() {
     }
 }
 
+/// Many arrays, each under the per-array bound, are bounded in all: 2^23 elements (a parsed
+/// element takes 32 bytes, so 32 MiB of u8 arrays would have taken over 1 GiB), and a tensor
+/// named twice is refused.
+#[test]
+fn gguf_metadata_bounded_in_all_and_tensors_named_once() {
+    let per = 1u64 << 22;
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes()); // tensors
+    b.extend_from_slice(&3u64.to_le_bytes()); // metadata entries
+    for key in [b'a', b'b', b'c'] {
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.push(key);
+        b.extend_from_slice(&9u32.to_le_bytes()); // array
+        b.extend_from_slice(&0u32.to_le_bytes()); // of u8
+        b.extend_from_slice(&per.to_le_bytes());
+        b.resize(b.len() + per as usize, 7);
+    }
+    let e = tildeopen::model::gguf::Gguf::parse(&b, b.len() as u64, "many.gguf").expect_err("3 x 2^22 elements accepted").to_string();
+    assert!(e.contains("in all"), "{e}");
+
+    // The tiny GGUF with its second tensor renamed to the first's name (names are length-prefixed
+    // strings in the header; the two names have the same length only if we pick such a pair).
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let mut src = std::fs::read(&path).unwrap();
+    let g = tildeopen::model::gguf::Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    let (a, b2) = g
+        .tensors
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| g.tensors[i + 1..].iter().find(|u| u.name.len() == t.name.len()).map(|u| (t.name.clone(), u.name.clone())))
+        .expect("two tensor names of one length");
+    let at = src.windows(b2.len()).position(|w| w == b2.as_bytes()).unwrap();
+    src[at..at + a.len()].copy_from_slice(a.as_bytes());
+    let e = tildeopen::model::gguf::Gguf::parse(&src, src.len() as u64, "dup.gguf").expect_err("a tensor named twice").to_string();
+    assert!(e.contains("appears twice"), "{e}");
+}
+
 /// A checkpoint whose config unties the head but which has no lm_head is an error, not logits
 /// read through the embedding.
 #[test]
@@ -342,7 +405,7 @@ fn shard_index_names_stay_inside_the_checkpoint() {
     use tildeopen::model::tensor::index_shards;
     let ok = r#"{"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}"#;
     assert_eq!(index_shards(ok, "index").unwrap().len(), 2);
-    for bad in ["../secrets.safetensors", "/etc/passwd", "sub/dir.safetensors", "..", "C:\\\\x.safetensors", ""] {
+    for bad in ["../secrets.safetensors", "/etc/passwd", "sub/dir.safetensors", "..", "C:\\\\x.safetensors", "", "%2e%2e", "a%2fb.safetensors", "x?y", "x#y"] {
         let text = serde_json::json!({"weight_map": {"a": bad}}).to_string();
         let e = index_shards(&text, "index").expect_err(bad).to_string();
         assert!(e.contains("not a file name"), "{bad}: {e}");
@@ -388,6 +451,9 @@ fn gguf_metadata_of_the_wrong_type() {
         ("llama.context_length", Value::F64(4096.5), "llama.context_length must be a non-negative integer"),
         ("llama.attention.head_count_kv", Value::I64(-2), "head_count_kv"),
         ("llama.rope.dimension_count", Value::U64(8), "dimension_count"),
+        // Were read as absent: plain RoPE, no bos.
+        ("llama.rope.scaling.type", Value::U64(2), "llama.rope.scaling.type must be a string"),
+        ("tokenizer.ggml.bos_token_id", Value::I64(-1), "tokenizer.ggml.bos_token_id must be a token id"),
     ] {
         let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
         g.metadata.insert(key.into(), value);
@@ -402,6 +468,7 @@ fn gguf_metadata_of_the_wrong_type() {
         ("tokenizer.ggml.scores", Value::Array(vec![Value::F64(0.0); n - 1]), "entries for"),
         ("tokenizer.ggml.token_type", Value::Array(vec![Value::Str("x".into()); n]), "not an integer"),
         ("tokenizer.ggml.tokens", Value::Array(vec![Value::U64(1); n]), "not a string"),
+        ("tokenizer.ggml.eos_token_id", Value::U64((1 << 32) + 2), "not a token id"),
     ] {
         let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
         g.metadata.insert(key.into(), value);

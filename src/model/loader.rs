@@ -107,6 +107,11 @@ impl HfDir {
         for (i, f) in files.iter().enumerate() {
             let map = mmap(f)?;
             for (name, entry) in crate::model::tensor::safetensors_entries(&map, &f.display().to_string())? {
+                // Two shards with the same tensor: which one is meant is unknowable (the web
+                // loader would take another than this one), so neither is.
+                if index.contains_key(&name) {
+                    return Err(Error::corrupt(f.display().to_string(), format!("tensor {name} is in two shards")));
+                }
                 index.insert(name, (i, entry));
             }
             shards.push((f.clone(), map));

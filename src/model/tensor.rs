@@ -91,7 +91,8 @@ pub fn index_shards(text: &str, what: &str) -> Result<Vec<String>> {
     // Shards are plain file names inside the checkpoint: no paths, no "..", nothing absolute
     // (natively they are opened from the directory, on the web fetched beside the index).
     if let Some(bad) = names.iter().find(|n| {
-        n.is_empty() || n.contains(['/', '\\', ':']) || n.starts_with('.') || n.chars().any(char::is_control)
+        // `%`, `?` and `#` change what a URL names (`%2e%2e` is `..` to a URL parser).
+        n.is_empty() || n.contains(['/', '\\', ':', '%', '?', '#']) || n.starts_with('.') || n.chars().any(char::is_control)
     }) {
         return Err(Error::corrupt(what, format!("weight_map names {bad:?}, which is not a file name in the checkpoint directory")));
     }

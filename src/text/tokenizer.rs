@@ -126,7 +126,12 @@ impl Tokenizer {
             Some(Value::Bool(b)) => Some(*b),
             _ => None,
         };
-        let id = |k: &str| g.get(k).and_then(Value::as_u64).map(|v| v as u32);
+        let id = |k: &str| -> Result<Option<u32>> {
+            match g.get(k) {
+                None => Ok(None),
+                Some(v) => v.as_u64().and_then(|v| u32::try_from(v).ok()).map(Some).ok_or_else(|| bad(k, "not a token id")),
+            }
+        };
         let mut t = match kind {
             "llama" => {
                 let scores: Vec<f32> = match per_token("tokenizer.ggml.scores")? {
@@ -177,11 +182,11 @@ impl Tokenizer {
                 )))
             }
         };
-        t.bos = id("tokenizer.ggml.bos_token_id");
+        t.bos = id("tokenizer.ggml.bos_token_id")?;
         t.add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(kind == "llama");
         t.eog = Vec::new();
         for k in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
-            if let Some(i) = id(k) {
+            if let Some(i) = id(k)? {
                 t.add_eog(i);
             }
         }
