@@ -112,6 +112,7 @@ type Common = Omit<ChatRequest, "messages" | "task">;
 export interface TaskCall<A> {
   (a: Omit<Common, "stream"> & A & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
   (a: Omit<Common, "stream"> & A & { stream?: false }): Promise<ChatCompletion>;
+  (a: Omit<Common, "stream"> & A & { stream?: boolean }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
 }
 
 export interface Engine {
@@ -127,6 +128,7 @@ export interface Engine {
     completions: {
       create(req: ChatRequest & { stream: true }): Promise<AsyncIterableIterator<ChatCompletionChunk>>;
       create(req: ChatRequest & { stream?: false }): Promise<ChatCompletion>;
+      create(req: ChatRequest & { stream?: boolean }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
     };
   };
   tasks: {

@@ -21,7 +21,11 @@ let ready = null;
 function initWasm(wasmUrl) {
   // By default the wasm is found next to pkg/tildeopen.js (new URL(..., import.meta.url), which
   // bundlers such as Vite and webpack follow); `wasmUrl` says where it is otherwise.
-  ready ??= init(wasmUrl === undefined ? undefined : { module_or_path: wasmUrl });
+  // A failed start (a network error, say) is not kept: the next createEngine tries again.
+  ready ??= init(wasmUrl === undefined ? undefined : { module_or_path: wasmUrl }).catch((e) => {
+    ready = null;
+    throw e;
+  });
   return ready;
 }
 

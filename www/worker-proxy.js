@@ -5,10 +5,23 @@ import { chunkStream, engineError, foldedStream, serialQueue } from "./util.js";
 export async function createWorkerEngine(opts) {
   // Bundlers that do not follow `new URL("./worker.js", import.meta.url)` (esbuild) bundle
   // "tildeopen-wgpu/worker" themselves and pass its URL as `workerUrl`.
-  const worker = new Worker(opts.workerUrl ?? new URL("./worker.js", import.meta.url), { type: "module" });
+  // The literal `new Worker(new URL("./worker.js", import.meta.url), ...)` is the form Vite and
+  // webpack recognise (they bundle the worker then); any other expression leaves worker.js
+  // unbundled, and its imports fail in a production build.
+  const worker = opts.workerUrl
+    ? new Worker(opts.workerUrl, { type: "module" })
+    : new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
   let next = 1;
   const requests = serialQueue();
   const pending = new Map();
+  // Set once the worker is gone (unload(), or it failed): every call then rejects at once
+  // instead of waiting for an answer that cannot come.
+  let dead = null;
+  const fail = (err) => {
+    dead ??= err;
+    for (const p of pending.values()) p.reject(err);
+    pending.clear();
+  };
   worker.onmessage = (e) => {
     const { id, result, error, progress } = e.data;
     const p = pending.get(id);
@@ -17,12 +30,12 @@ export async function createWorkerEngine(opts) {
     pending.delete(id);
     error !== undefined ? p.reject(engineError(error)) : p.resolve(result);
   };
-  worker.onerror = (e) => {
-    for (const p of pending.values()) p.reject(engineError(`worker failed: ${e.message}`, "server_error", "worker_failed"));
-    pending.clear();
-  };
+  const failed = (what) => fail(engineError(`worker failed: ${what}`, "server_error", "worker_failed"));
+  worker.onerror = (e) => failed(e.message);
+  worker.onmessageerror = () => failed("a message could not be read");
   const call = (op, args, onProgress) =>
     new Promise((resolve, reject) => {
+      if (dead) return reject(dead);
       const id = next++;
       pending.set(id, { resolve, reject, onProgress });
       worker.postMessage({ id, op, args });
@@ -51,6 +64,12 @@ export async function createWorkerEngine(opts) {
     ...info,
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
-    async unload() { await call("unload"); worker.terminate(); },
+    async unload() {
+      if (dead) return;
+      try { await call("unload"); } finally {
+        worker.terminate();
+        fail(engineError("the engine was unloaded", "invalid_request_error", "unloaded"));
+      }
+    },
   };
 }
