@@ -320,7 +320,7 @@ impl WasmEngine {
     }
 
     fn request(req: JsValue) -> std::result::Result<ChatRequest, JsValue> {
-        let r: ChatRequest = serde_wasm_bindgen::from_value(req).map_err(|e| js_error(&ApiError::invalid(format!("malformed request: {e}"), None)))?;
+        let r: ChatRequest = serde_path_to_error::deserialize(serde_wasm_bindgen::Deserializer::from(req)).map_err(|e| js_error(&ChatRequest::malformed(e)))?;
         r.validate().map_err(|e| js_error(&e))?;
         Ok(r)
     }

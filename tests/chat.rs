@@ -55,6 +55,18 @@ fn templates_render_as_transformers_does() {
         t.render(&msgs, true).unwrap(),
         "<|endoftext|><|user|>Be brief.\n\nHi<|user|><|assistant|>Hello!<|assistant|><|user|>Bye<|user|><|assistant|>"
     );
+    // System messages are never dropped: several join, one that no user turn follows is a turn.
+    let sys2 = [Message::system("A"), Message::system("B"), Message::user("Hi")];
+    assert_eq!(t.render(&sys2, true).unwrap(), "<|endoftext|><|user|>A\n\nB\n\nHi<|user|><|assistant|>");
+    assert_eq!(t.render(&[Message::system("Only")], true).unwrap(), "<|endoftext|><|user|>Only<|user|><|assistant|>");
+    assert_eq!(
+        t.render(&[Message::user("Hi"), Message::system("Late")], true).unwrap(),
+        "<|endoftext|><|user|>Hi<|user|><|user|>Late<|user|><|assistant|>"
+    );
+    assert_eq!(
+        t.render(&[Message::system("S"), Message::assistant("A")], false).unwrap(),
+        "<|endoftext|><|user|>S<|user|><|assistant|>A<|assistant|>"
+    );
     let ids = tok.encode_chat(&t.render(&msgs[1..2], true).unwrap()).unwrap();
     assert_eq!(ids[..2], [48, 7]);
     assert_eq!(ids[ids.len() - 2..], [7, 8]);
@@ -129,6 +141,13 @@ fn requests_are_validated() {
         (r#"{"messages": [{"role": "user", "content": "x"}], "n": 2}"#, "n"),
         (r#"{"messages": [{"role": "user", "content": "x"}], "stop": [""]}"#, "stop"),
         (r#"{"task": {"type": "translate", "text": " ", "source": "en", "target": "lv"}}"#, "task"),
+        // Values of the wrong type or sign name their field too (serde's own message does not).
+        (r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}"#, "max_tokens"),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "seed": -5}"#, "seed"),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "stop": 5}"#, "stop"),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "temperature": "0.5"}"#, "temperature"),
+        (r#"{"messages": [{"role": "user", "content": 5}]}"#, "messages"),
+        (r#"{"messages": [{"role": "user"}]}"#, "messages"),
     ] {
         let e = err(body);
         assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{body}: {e}");
@@ -143,6 +162,11 @@ fn requests_are_validated() {
     assert_eq!(r.messages[0].content, "ab");
     assert_eq!(r.stop, Some(Stop::One("END".into())));
     assert_eq!(r.max_tokens, Some(5));
+    let e = err(r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}"#);
+    assert!(e.message.contains("`max_tokens`"), "{e}");
+    // Greedy decoding ignores top_p, so top_p 0 with temperature 0 (as OpenAI clients send) is fine.
+    assert!(ChatRequest::from_json(r#"{"messages": [{"role": "user", "content": "x"}], "temperature": 0, "top_p": 0}"#).is_ok());
+    assert!(err(r#"{"messages": [{"role": "user", "content": "x"}]} x"#).message.contains("trailing"));
 }
 
 #[test]

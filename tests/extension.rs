@@ -3,7 +3,11 @@
 //! changes, elements and attributes stay the same, code, inputs and hidden text are untouched,
 //! text added after load is translated too, "show original" restores the page exactly, and a
 //! page's own message cannot start a translation; a block longer than one answer is split and
-//! nothing of it is lost. `whole.js` (the splitting) is also tested on its own with node.
+//! nothing of it is lost. A second page starts with a model URL that cannot load (a signed URL):
+//! the queue stops at the first block and no URL reaches the page; then, with a working URL,
+//! text the page changes in place is translated anew and a new target language translates every
+//! block again. `whole.js` (the splitting) and `share.js` (turns between tabs, the engine cache,
+//! page-safe errors) are also tested on their own with node.
 
 mod common;
 mod browser;
@@ -64,10 +68,93 @@ fn extension_translates_a_page_and_restores_it() {
 }
 
 #[test]
+fn extension_follows_page_edits_languages_and_load_failures() {
+    let web = WebRoot::new("tildeopen-ext-live", &[]);
+    let (root, base) = (&web.root, &web.base);
+    // A model URL that cannot load, with a signature in its query string, is baked in; the page
+    // gives the extension the working one later (as the options page would).
+    let ext = root.join("extension");
+    let bad = format!("{base}/missing-model.gguf?X-Amz-Signature=SECRET{}", std::process::id());
+    let st = Command::new(repo().join("scripts/build-extension"))
+        .args(["--out", ext.to_str().unwrap(), "--model", &bad, "--auto", "--max-tokens", "24"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Test-only additions to the built copy: a content script relaying the page's requests and a
+    // service-worker part sending them to the tab's content script, as the popup does.
+    for f in ["ext-bridge.js", "ext-driver.js"] {
+        std::fs::copy(repo().join("tests/web").join(f), ext.join(f)).unwrap();
+    }
+    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ext.join("manifest.json")).unwrap()).unwrap();
+    manifest["content_scripts"].as_array_mut().unwrap().push(serde_json::json!({"matches": ["<all_urls>"], "js": ["ext-bridge.js"], "run_at": "document_start"}));
+    std::fs::write(ext.join("manifest.json"), manifest.to_string()).unwrap();
+    let bg = std::fs::read_to_string(ext.join("background.js")).unwrap();
+    std::fs::write(ext.join("background.js"), bg + "\nimport \"./ext-driver.js\";\n").unwrap();
+
+    let good = format!("{base}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf");
+    let v = web.open(
+        &format!("{base}/repo/tests/web/live.html?model={good}"),
+        &[format!("--load-extension={}", ext.display()), format!("--disable-extensions-except={}", ext.display())],
+        Duration::from_secs(600),
+        "the page never reported",
+    );
+    println!("{v}");
+    assert!(v.get("failure").is_none(), "page failed: {}", v["failure"]);
+
+    // The failed load stops the queue at the first block: all 3 blocks still queued, none sent
+    // again, the page's text untouched.
+    let f = &v["afterFailure"];
+    assert!(v["stopped"].as_bool().unwrap(), "the queue did not stop: {f}");
+    assert!(v["untouched"].as_bool().unwrap());
+    assert_eq!((f["blocks"].as_u64(), f["queued"].as_u64(), f["done"].as_u64()), (Some(3), Some(3), Some(0)), "{f}");
+    assert_eq!((f["errorCode"].as_str(), f["errorFatal"].as_bool()), (Some("load_failed"), Some(true)), "{f}");
+    // What the page can see of it: a generic message with the code, no URL, no signature.
+    let overlay = v["overlay"].as_str().unwrap();
+    for msg in [overlay, f["error"].as_str().unwrap()] {
+        assert!(msg.contains("could not be loaded (load_failed)"), "{msg}");
+        assert!(!msg.contains("SECRET") && !msg.contains("missing-model") && !msg.contains("127.0.0.1"), "a URL reached the page: {msg}");
+    }
+    assert_eq!(v["pageHasSecret"], false, "the model URL is in the page's DOM");
+
+    // With a working URL, "translate" resumes and translates every block.
+    assert!(v["lvDone"].as_bool().unwrap(), "{}", v["lv"]);
+    for (k, o) in [("a", "Shop opens."), ("b", "Fresh bread."), ("c", "Cakes daily.")] {
+        assert_ne!(v["lv"][k], o, "{k} not translated");
+    }
+    // Text changed in place (nodeValue, as React and Vue do) while the translation shows: the new
+    // text is translated, and "show original" shows it, not the first text.
+    assert!(v["aRetranslated"].as_bool().unwrap(), "edited text not translated again: {}", v["aTranslated"]);
+    assert_eq!(v["aOriginal"], "Shop closes.", "show original wrote the stale text back");
+    // Changed while the original shows: "translate" translates the new text, not the old one back.
+    assert!(v["bRetranslated"].as_bool().unwrap(), "{}", v["bTranslated"]);
+    assert_ne!(v["bTranslated"], v["lv"]["b"], "the old translation was written back");
+    assert_eq!(v["editsSent"], 2, "each edited block sent once more");
+    // Another target language: all 3 blocks translated again; the same one again sends nothing.
+    assert!(v["deDone"].as_bool().unwrap() && v["deSent"] == 3, "blocks sent for de: {}", v["deSent"]);
+    assert_eq!(v["deAgainSent"], 0);
+    assert_eq!(v["finalOriginal"], serde_json::json!({"a": "Shop closes.", "b": "Fresh rolls.", "c": "Cakes daily."}));
+}
+
+/// Runs a node test script under tests/web and checks it printed `ok_line`.
+fn node_test(script: &str, ok_line: &str) {
+    let out = Command::new("node").arg(repo().join("tests/web").join(script)).output().expect("node");
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(ok_line));
+}
+
+#[test]
 fn long_blocks_are_translated_whole() {
     // whole.js with a model stand-in whose answers stop at a budget: a paragraph longer than one
-    // answer comes back whole and in order; parts that cannot finish keep their text, marked.
-    let out = Command::new("node").arg(repo().join("tests/web/whole-test.mjs")).output().expect("node");
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("whole.js: ok"));
+    // answer comes back whole and in order; parts that cannot finish keep their text, marked; a
+    // block whose parts never finish makes at most 2 requests per part plus 3; a prompt over the
+    // context is split like a cut answer.
+    node_test("whole-test.mjs", "whole.js: ok");
+}
+
+#[test]
+fn tabs_take_turns_and_the_engine_recovers() {
+    // share.js: a tab's one-request block goes right after the request in progress of another
+    // tab's long split block; a failed load is remembered for 30 s (no new load), a lost device
+    // or unloaded engine is dropped and loaded again; errors reaching a page carry no URL.
+    node_test("share-test.mjs", "share.js: ok");
 }

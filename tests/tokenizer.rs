@@ -66,6 +66,36 @@ fn gguf_llama_vocab_matches_sentencepiece() {
     assert!(tok.is_eog(48));
 }
 
+/// A GGUF "llama" vocabulary taken from a Unigram tokenizer.model (scores are log
+/// probabilities) tokenizes as sentencepiece's Unigram does, not with BPE merges.
+#[test]
+fn gguf_llama_vocab_from_a_unigram_model() {
+    use tildeopen::model::gguf::{Gguf, Value};
+    use tildeopen::text::spm::{PieceType, SpmModel};
+    let dir = fixtures().join("tokenizers");
+    let bytes = std::fs::read(dir.join("tokenizer-unigram.model")).unwrap();
+    let m = SpmModel::from_proto(&bytes, "unigram").unwrap();
+    let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let src = std::fs::read(&path).unwrap();
+    let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    let code = |t: PieceType| match t {
+        PieceType::Normal => 1,
+        PieceType::Unknown => 2,
+        PieceType::Control => 3,
+        PieceType::UserDefined => 4,
+        PieceType::Unused => 5,
+        PieceType::Byte => 6,
+    };
+    let md = &mut g.metadata;
+    md.insert("tokenizer.ggml.tokens".into(), Value::Array(m.pieces.iter().map(|p| Value::Str(p.0.clone())).collect()));
+    md.insert("tokenizer.ggml.scores".into(), Value::Array(m.pieces.iter().map(|p| Value::F64(p.1 as f64)).collect()));
+    md.insert("tokenizer.ggml.token_type".into(), Value::Array(m.pieces.iter().map(|p| Value::U64(code(p.2))).collect()));
+    md.insert("tokenizer.ggml.add_space_prefix".into(), Value::Bool(m.add_dummy_prefix));
+    md.insert("tokenizer.ggml.remove_extra_whitespaces".into(), Value::Bool(m.remove_extra_whitespaces));
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    check(&tok, &golden(&dir.join("tokenizer-unigram.golden-1.jsonl")), "gguf llama vocab (unigram)");
+}
+
 #[test]
 fn hf_dir_uses_tokenizer_model_and_configs() {
     let tok = Tokenizer::load(&fixtures().join("models/tiny-tildeopen")).unwrap();
@@ -74,6 +104,13 @@ fn hf_dir_uses_tokenizer_model_and_configs() {
     assert!(!tok.add_bos);
     assert!(tok.is_eog(48));
     assert_eq!(tok.encode_chat("<|user|>Hi<|user|><|assistant|>").unwrap()[0], 7);
+    // The eos tokenizer_config.json names comes first: it is what a template's `eos_token` is
+    // (it rendered as sentencepiece's default `</s>`).
+    assert_eq!(tok.eog.first(), Some(&48));
+    let mut with_template = Tokenizer::load(&fixtures().join("models/tiny-tildeopen")).unwrap();
+    with_template.chat_template = Some("{{ messages[0]['content'] }}{{ eos_token }}".into());
+    let t = tildeopen::text::template::ChatTemplate::for_tokenizer(&with_template);
+    assert_eq!(t.unwrap().render(&[serde_json::json!({"role": "user", "content": "Hi"})], false).unwrap(), "Hi<|endoftext|>");
 }
 
 /// Special-token text inside a guarded range (a message's content) stays text, on both

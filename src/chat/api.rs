@@ -129,9 +129,20 @@ impl ChatRequest {
         if !body.trim_start().starts_with('{') {
             return Err(malformed("the body must be a JSON object".into()));
         }
-        let r: ChatRequest = serde_json::from_str(body).map_err(|e| malformed(e.to_string()))?;
+        let mut de = serde_json::Deserializer::from_str(body);
+        let r: ChatRequest = serde_path_to_error::deserialize(&mut de).map_err(Self::malformed)?;
+        de.end().map_err(|e| malformed(e.to_string()))?;
         r.validate()?;
         Ok(r)
+    }
+
+    /// A request that did not deserialize: the error names the top-level field it is about
+    /// (`param`) and the path inside it (`messages[2].content`).
+    pub fn malformed<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiError {
+        let path = e.path().to_string();
+        let field = path.split(['.', '[']).next().filter(|f| !f.is_empty() && *f != "?").map(str::to_string);
+        let at = if field.is_some() { format!("`{path}`: ") } else { String::new() };
+        ApiError::invalid(format!("malformed request: {at}{}", e.inner()), field.as_deref())
     }
 
     /// The messages the model sees: `messages`, or the task's.
@@ -186,8 +197,10 @@ impl ChatRequest {
         range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
         range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
         range("repetition_penalty", self.repetition_penalty, 0.01, 10.0)?;
-        if self.top_p == Some(0.0) {
-            return bad("top_p", "top_p must be greater than 0".into());
+        // top_p 0 leaves nothing to draw from, except for greedy decoding, which ignores it
+        // (OpenAI clients send it with temperature 0).
+        if self.top_p == Some(0.0) && self.temperature != Some(0.0) {
+            return bad("top_p", "top_p must be greater than 0 (unless temperature is 0)".into());
         }
         if let Some(k) = self.top_k {
             if k < 0 {

@@ -116,7 +116,13 @@ impl Sampler {
             return best.map(|b| b.0 as u32);
         }
         // Candidates sorted by logit, cut by top-k.
-        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
+        // A +inf logit is certain: the draw is among the +inf tokens alone, as greedy takes one.
+        let certain = logits.contains(&f32::INFINITY);
+        let mut cand: Vec<(u32, f32)> = if certain {
+            logits.iter().enumerate().filter(|(_, &l)| l == f32::INFINITY).map(|(i, _)| (i as u32, 0.0)).collect()
+        } else {
+            logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect()
+        };
         if cand.is_empty() {
             return None;
         }
@@ -195,6 +201,15 @@ mod tests {
         let mut s = Sampler::new(params(1.0), &[], &[]);
         assert_eq!(s.sample(&mut [f32::NAN, f32::NAN]), None);
         assert_eq!(s.sample(&mut [f32::NAN, 0.5]), Some(1));
+        // +inf is certain when sampling too (it was dropped as non-finite, and 1.0 drawn).
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut [1.0, f32::INFINITY, 3.0]), Some(1));
+        }
+        let mut seen = [0; 3];
+        for _ in 0..200 {
+            seen[s.sample(&mut [f32::INFINITY, 1.0, f32::INFINITY]).unwrap() as usize] += 1;
+        }
+        assert!(seen[1] == 0 && seen[0] > 50 && seen[2] > 50, "{seen:?}");
     }
 
     #[test]

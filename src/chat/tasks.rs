@@ -203,7 +203,12 @@ impl OutputFilter {
             keep_lead_ws: src.starts_with(char::is_whitespace),
             keep_trail_ws: src.ends_with(char::is_whitespace),
             source_quoted: QUOTES.iter().any(|(o, c)| first == Some(*o) && last == Some(*c)),
-            source_first_line_preamble: is_preamble(src.lines().next().unwrap_or("")),
+            // A translated heading keeps its colon: where the source's first line ends in one
+            // ("Atbilde:", "Kopsavilkums:"), the answer's first line is its translation.
+            source_first_line_preamble: {
+                let first = src.trim_start().lines().next().unwrap_or("");
+                is_preamble(first) || (matches!(task, Some(Task::Translate { .. })) && first.trim_end().ends_with(':'))
+            },
             held: String::new(),
             started: false,
             quote: None,
@@ -330,6 +335,10 @@ mod tests {
         assert_eq!(clean_output(Some(&tr("x\n")), "a\n"), "a\n");
         // No task: untouched.
         assert_eq!(clean_output(None, " \"x\" "), " \"x\" ");
+        // A heading in the source is a heading in the translation, not a preamble.
+        let lv = Task::Translate { text: "Atbilde:\nJā, tā ir.".into(), source: "lv".into(), target: "en".into(), glossary: vec![], examples: vec![] };
+        assert_eq!(clean_output(Some(&lv), "Answer:\nYes, it is."), "Answer:\nYes, it is.");
+        assert_eq!(clean_output(Some(&tr("Summary:\nx")), "Kopsavilkums:\ny"), "Kopsavilkums:\ny");
     }
 
     /// A one-line answer streams as it comes; only a line that could be a preamble is held.

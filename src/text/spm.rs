@@ -282,7 +282,10 @@ impl SpmModel {
         let mut user_defined = Vec::new();
         let mut byte_ids = [None; 256];
         let mut unk_id = None;
-        let (mut min_score, mut max_score) = (f32::MAX, f32::MIN);
+        // As sentencepiece: the largest score starts at FLT_MIN (the smallest positive float), so
+        // with Unigram's negative log probabilities a user-defined piece scores about -0.1 per byte
+        // and always wins.
+        let (mut min_score, mut max_score) = (f32::MAX, f32::MIN_POSITIVE);
         for (i, (p, score, ty)) in pieces.iter().enumerate() {
             let id = i as u32;
             match ty {

@@ -7,18 +7,22 @@ use crate::error::{Error, Result};
 use crate::text::tokenizer::Tokenizer;
 
 /// The built-in template for models that ship none: Tilde's instruction format
-/// `<|user|>...<|user|><|assistant|>...<|assistant|>`, bos first, a system message prepended to
-/// the next user turn followed by a blank line. Generation ends at `<|assistant|>` (the end of
-/// the assistant's turn), `<|user|>` or eos.
+/// `<|user|>...<|user|><|assistant|>...<|assistant|>`, bos first, system messages prepended to
+/// the next user turn (several joined by blank lines) followed by a blank line; system
+/// messages no user turn follows are a user turn of their own. Generation ends at
+/// `<|assistant|>` (the end of the assistant's turn), `<|user|>` or eos.
 pub const TILDEOPEN_TEMPLATE: &str = concat!(
     "{{- bos_token -}}",
     "{%- set ns = namespace(system='') -%}",
     "{%- for message in messages -%}",
-    "{%- if message['role'] == 'system' -%}{%- set ns.system = message['content'] + '\\n\\n' -%}",
-    "{%- elif message['role'] == 'user' -%}{{- '<|user|>' + ns.system + message['content'] + '<|user|>' -}}{%- set ns.system = '' -%}",
-    "{%- elif message['role'] == 'assistant' -%}{{- '<|assistant|>' + message['content'] + '<|assistant|>' -}}",
+    "{%- if message['role'] == 'system' -%}{%- set ns.system = ns.system + ('\\n\\n' if ns.system else '') + message['content'] -%}",
+    "{%- elif message['role'] == 'user' -%}{{- '<|user|>' + (ns.system + '\\n\\n' if ns.system else '') + message['content'] + '<|user|>' -}}{%- set ns.system = '' -%}",
+    "{%- elif message['role'] == 'assistant' -%}",
+    "{%- if ns.system -%}{{- '<|user|>' + ns.system + '<|user|>' -}}{%- set ns.system = '' -%}{%- endif -%}",
+    "{{- '<|assistant|>' + message['content'] + '<|assistant|>' -}}",
     "{%- endif -%}",
     "{%- endfor -%}",
+    "{%- if ns.system -%}{{- '<|user|>' + ns.system + '<|user|>' -}}{%- endif -%}",
     "{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}",
 );
 

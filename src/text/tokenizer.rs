@@ -145,7 +145,7 @@ impl Tokenizer {
                 // `<|user|>`, `<|endoftext|>`) as NORMAL, and a NORMAL `<|...|>` piece can never
                 // be reached by merges. Restore them so text and chat prompts tokenize as
                 // sentencepiece does.
-                let pieces = tokens
+                let pieces: Vec<(String, f32, PieceType)> = tokens
                     .iter()
                     .enumerate()
                     .map(|(i, p)| {
@@ -156,9 +156,14 @@ impl Tokenizer {
                         (p.clone(), scores.get(i).copied().unwrap_or(0.0), ty)
                     })
                     .collect();
-                // llama.cpp tokenizes every "llama" vocabulary with score-ordered merges.
+                // GGUF does not say which kind of SentencePiece model the vocabulary came from
+                // (llama.cpp tokenizes every "llama" vocabulary with score-ordered merges). BPE
+                // models score their pieces by merge rank, whole numbers; Unigram models by log
+                // probability, fractions: tokenize as sentencepiece does for the kind the scores
+                // show.
+                let unigram = pieces.iter().any(|(_, sc, ty)| *ty == PieceType::Normal && sc.fract() != 0.0);
                 let m = SpmModel::new(
-                    SpmKind::Bpe,
+                    if unigram { SpmKind::Unigram } else { SpmKind::Bpe },
                     pieces,
                     true,
                     flag("tokenizer.ggml.add_space_prefix").unwrap_or(true),
@@ -393,7 +398,10 @@ impl Tokenizer {
             }
             if let Some(e) = c.get("eos_token").and_then(tok_text) {
                 if let Some(i) = self.token_id(&e) {
-                    self.add_eog(i);
+                    // First: the eos a chat template's `eos_token` names (sentencepiece's own
+                    // default `</s>` stays an end of generation after it).
+                    self.eog.retain(|&x| x != i);
+                    self.eog.insert(0, i);
                 }
             }
             if let Some(b) = c.get("add_bos_token").and_then(|v| v.as_bool()) {
@@ -416,13 +424,27 @@ impl Tokenizer {
         }
         if let Some(text) = generation_config {
             let c: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::Input(format!("generation_config.json: {e}")))?;
+            let id = |v: &serde_json::Value, key: &str| -> Result<u32> {
+                v.as_u64()
+                    .and_then(|i| u32::try_from(i).ok())
+                    .ok_or_else(|| Error::Input(format!("generation_config.json: `{key}` holds {v}, not a token id")))
+            };
             match c.get("eos_token_id") {
-                Some(serde_json::Value::Number(n)) => self.add_eog(n.as_u64().unwrap_or(0) as u32),
-                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).for_each(|i| self.add_eog(i as u32)),
-                _ => {}
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::Array(a)) => {
+                    for v in a {
+                        let i = id(v, "eos_token_id")?;
+                        self.add_eog(i);
+                    }
+                }
+                Some(v) => {
+                    let i = id(v, "eos_token_id")?;
+                    self.add_eog(i);
+                }
             }
-            if let Some(b) = c.get("bos_token_id").and_then(|v| v.as_u64()) {
-                self.bos = Some(b as u32);
+            match c.get("bos_token_id") {
+                None | Some(serde_json::Value::Null) => {}
+                Some(v) => self.bos = Some(id(v, "bos_token_id")?),
             }
         }
         self.add_end_of_turn_markers();

@@ -2,7 +2,7 @@
 // node): a "translation" is the text upper-cased, cut after BUDGET characters like an answer
 // that reaches max_tokens.
 import assert from "node:assert/strict";
-import { translateWhole, halves, MARK } from "../../www/extension/whole.js";
+import { translateWhole, halves, MARK, requestCap } from "../../www/extension/whole.js";
 
 const BUDGET = 60;
 const calls = [];
@@ -49,4 +49,33 @@ assert.equal(r.complete, false);
 const word = "x".repeat(200);
 r = await translateWhole(model(), word, { splitAbove: BUDGET });
 assert.deepEqual([r.text, r.complete, r.requests], [word + MARK, false, 1]);
+// A long block whose parts never finish: at most requestCap requests (2 per part of splitAbove
+// characters, plus 3), not the 2x more that halving every part down to splitAbove would take;
+// what the cap leaves keeps its original text, so nothing is lost.
+const huge = Array.from({ length: 60 }, (_, i) => `Sentence number ${i} is about bread.`).join(" ");
+calls.length = 0;
+const uncapped = await translateWhole(model(() => true), huge, { splitAbove: BUDGET, maxRequests: Infinity });
+calls.length = 0;
+r = await translateWhole(model(() => true), huge, { splitAbove: BUDGET });
+const cap = requestCap(huge, BUDGET);
+assert.equal(cap, 2 * Math.ceil(huge.length / BUDGET) + 3);
+assert.ok(r.requests <= cap && calls.length === r.requests, `${r.requests} requests, cap ${cap}`);
+assert.ok(uncapped.requests > cap, `the cap bites: ${uncapped.requests} requests without it`);
+assert.deepEqual([r.complete, r.capped, uncapped.capped], [false, true, false]);
+assert.equal(r.text.replaceAll(MARK, ""), huge, "nothing lost under the cap");
+
+// A prompt over the context (context_length_exceeded) is split like a cut answer.
+const CONTEXT = 100;
+const small = (text, onPartial) => {
+  calls.push(text);
+  if (text.length > CONTEXT) return Promise.reject(Object.assign(new Error("{}"), { code: "context_length_exceeded" }));
+  return model()(text, onPartial);
+};
+calls.length = 0;
+r = await translateWhole(small, para, { splitAbove: BUDGET });
+assert.equal(r.text, para.toUpperCase(), "over the context: translated in parts, whole");
+assert.equal(r.complete, true);
+assert.ok(calls[0] === para && calls.length > 2, "tried whole first, then in parts");
+// Other errors still fail the block.
+await assert.rejects(translateWhole(() => Promise.reject(Object.assign(new Error("gone"), { code: "device_lost" })), para, { splitAbove: BUDGET }), /gone/);
 console.log("whole.js: ok");
