@@ -186,6 +186,10 @@ fn stream_decoder_holds_back_partial_characters() {
     }
     text += &sd.finish(&tok).unwrap();
     assert!(!text.contains('\u{FFFD}') && text.starts_with('a'), "{text:?}");
+    // Invalid bytes decode to one U+FFFD each, as sentencepiece's byte pieces do (a stray
+    // continuation byte, then a three-byte character cut after two bytes).
+    let bytes: Vec<u32> = ["<0xAC>", "<0xE2>", "<0x98>"].iter().map(|p| tok.token_id(p).unwrap()).collect();
+    assert_eq!(tok.decode_all(&bytes).unwrap(), "\u{FFFD}\u{FFFD}\u{FFFD}");
 }
 
 /// Protobuf bytes: field `num` as a length-delimited value.

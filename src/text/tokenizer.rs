@@ -38,6 +38,27 @@ pub struct Tokenizer {
     specials: Vec<(String, u32)>,
 }
 
+/// `bytes` as text with one U+FFFD per byte that is not part of a valid UTF-8 character, as
+/// sentencepiece decodes byte pieces (`String::from_utf8_lossy` gives one per invalid run).
+fn lossy_per_byte(mut bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                return out;
+            }
+            Err(e) => {
+                let ok = e.valid_up_to();
+                out.push_str(std::str::from_utf8(&bytes[..ok]).expect("valid up to here"));
+                let bad = e.error_len().unwrap_or(bytes.len() - ok);
+                out.extend(std::iter::repeat_n('\u{FFFD}', bad));
+                bytes = &bytes[ok + bad..];
+            }
+        }
+    }
+}
+
 fn hf_err(e: impl std::fmt::Display) -> Error {
     Error::Unsupported(format!("tokenizer: {e}"))
 }
@@ -319,12 +340,13 @@ impl Tokenizer {
         vocab.max(self.specials.iter().map(|s| s.0.len()).max().unwrap_or(1)).max(1)
     }
 
-    /// Text of `ids`, special tokens left out, invalid UTF-8 replaced by U+FFFD.
+    /// Text of `ids`, special tokens left out, invalid UTF-8 replaced by U+FFFD (for
+    /// SentencePiece one per invalid byte, as the library does).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         match &self.backend {
             Backend::Spm(m) => {
                 let ids: Vec<u32> = ids.iter().copied().filter(|i| !self.is_special(*i)).collect();
-                Ok(String::from_utf8_lossy(&m.decode_bytes(&ids)).into_owned())
+                Ok(lossy_per_byte(&m.decode_bytes(&ids)))
             }
             Backend::Hf { special, .. } => special.decode(ids, true).map_err(hf_err),
         }
@@ -333,7 +355,7 @@ impl Tokenizer {
     /// Text of `ids` with special tokens kept (as `sentencepiece.decode` does).
     pub fn decode_all(&self, ids: &[u32]) -> Result<String> {
         match &self.backend {
-            Backend::Spm(m) => Ok(String::from_utf8_lossy(&m.decode_bytes(ids)).into_owned()),
+            Backend::Spm(m) => Ok(lossy_per_byte(&m.decode_bytes(ids))),
             Backend::Hf { special, .. } => special.decode(ids, false).map_err(hf_err),
         }
     }
