@@ -6,6 +6,7 @@ import DEFAULTS from "./defaults.js";
 import { serialQueue } from "./util.js";
 import { LANGUAGES } from "./languages.js";
 import { translateWhole } from "./whole.js";
+import { engineCache, turns, pageError } from "./share.js";
 
 // Defaults baked in by scripts/build-extension fill in what the options page has not set
 // (content scripts read chrome.storage directly).
@@ -14,50 +15,59 @@ chrome.storage.local.get(Object.keys(DEFAULTS)).then((s) => {
   if (Object.keys(missing).length) chrome.storage.local.set(missing);
 });
 
-let engine = null, engineUrl = null, loading = null;
+// One engine for every tab; a lost device drops it (the next request loads it again) and a
+// failed load is remembered for 30 s, during which requests for that URL fail at once.
+const engines = engineCache({ create: (url, onProgress) => createEngineInThread({ model: url, worker: false, onProgress }) });
 
 async function getEngine(onProgress) {
   const { modelUrl } = await getSettings();
-  if (!modelUrl) throw new Error("Set a model URL in the extension's options.");
-  if (engine && engineUrl === modelUrl) return engine;
-  if (!loading) {
-    loading = (async () => {
-      const old = engine;
-      engine = engineUrl = null;
-      await old?.unload();
-      engine = await createEngineInThread({ model: modelUrl, worker: false, onProgress });
-      engineUrl = modelUrl;
-      return engine;
-    })().finally(() => (loading = null));
+  if (!modelUrl) throw Object.assign(new Error("Set a model URL in the extension's options."), { code: "no_model", fatal: true });
+  try {
+    return await engines.get(modelUrl, onProgress);
+  } catch (e) {
+    // The details (URLs, perhaps a signed one) go to this console and the popup, not to pages.
+    if (e.load) console.warn(`TildeOpen: ${e.detail}`);
+    throw e;
   }
-  return loading;
 }
 
-// One block at a time across all tabs (the engine answers one request at a time anyway).
-const serial = serialQueue();
+// One request at a time across all tabs (the engine answers one at a time anyway), tabs taking
+// turns per request: a tab's long block, split into many requests, does not hold up the others.
+const turn = turns();
 
 chrome.runtime.onConnect.addListener((port) => {
   if (port.name !== "translate") return;
   let closed = false, current = null;
-  port.onDisconnect.addListener(() => { closed = true; current?.return?.(); });
-  port.onMessage.addListener(async (msg) => {
-    if (msg.type !== "block") return;
-    await serial(async () => {
-      if (closed) return;
-      try {
-        const settings = await getSettings();
-        // Only the languages the extension offers reach the instruction.
-        const to = msg.target || settings.target;
-        const from = settings.source || "en";
-        if (!Object.hasOwn(LANGUAGES, to) || !Object.hasOwn(LANGUAGES, from)) throw new Error(`unsupported language ${JSON.stringify(to)}`);
-        if (typeof msg.text !== "string" || !msg.text) throw new Error("nothing to translate");
-        const eng = await getEngine((p) => !closed && port.postMessage({ type: "progress", ...p }));
-        const t0 = performance.now();
-        const maxTokens = settings.maxTokens || 512;
-        let n = 0;
-        // One request: streamed, its partial text reported; `cut` when it stopped at max_tokens.
-        const translate = async (text, onPartial) => {
-          let out = "", finish = null;
+  const blocks = serialQueue(); // this tab's blocks, one after another
+  port.onDisconnect.addListener(() => {
+    closed = true;
+    current?.return?.();
+    turn.drop(port, new Error("disconnected"));
+  });
+  const post = (m) => !closed && port.postMessage(m);
+  port.onMessage.addListener((msg) => {
+    if (msg?.type === "block") blocks(() => translateBlock(msg));
+  });
+
+  async function translateBlock(msg) {
+    if (closed) return;
+    try {
+      const settings = await getSettings();
+      // Only the languages the extension offers reach the instruction.
+      const to = msg.target || settings.target;
+      const from = settings.source || "en";
+      if (!Object.hasOwn(LANGUAGES, to) || !Object.hasOwn(LANGUAGES, from)) throw new Error(`unsupported language ${JSON.stringify(to)}`);
+      if (typeof msg.text !== "string" || !msg.text) throw new Error("nothing to translate");
+      const t0 = performance.now();
+      const maxTokens = settings.maxTokens || 512;
+      let n = 0;
+      // One request, in this tab's turn: streamed, its partial text reported; `cut` when it
+      // stopped at max_tokens.
+      const translate = (text, onPartial) => turn.run(port, async () => {
+        if (closed) throw new Error("disconnected");
+        const eng = await getEngine((p) => post({ type: "progress", loaded: p.loaded, total: p.total }));
+        let out = "", finish = null;
+        try {
           current = await eng.tasks.translate({
             text, from, to,
             glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: maxTokens,
@@ -68,28 +78,40 @@ chrome.runtime.onConnect.addListener((port) => {
             if (d) { n++; out += d; onPartial(out); }
             finish = chunk.choices[0]?.finish_reason ?? finish;
           }
-          return { text: out, cut: finish === "length" };
-        };
-        // A block longer than one answer is split and translated part by part; a part that
-        // cannot finish keeps its original text with a visible mark (see whole.js).
-        const r = await translateWhole(translate, msg.text, {
-          splitAbove: maxTokens,
-          onText: (text) => !closed && port.postMessage({ type: "text", id: msg.id, text }),
-        });
-        if (!closed) port.postMessage({ type: "done", id: msg.id, text: r.text, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests });
-      } catch (e) {
-        if (!closed) port.postMessage({ type: "error", id: msg.id, message: e.message ?? String(e) });
-      } finally {
-        current = null;
-      }
-    });
-  });
+        } catch (e) {
+          engines.failed(eng, e); // a lost device or an unloaded engine: the next request reloads
+          throw e;
+        } finally {
+          current = null;
+        }
+        return { text: out, cut: finish === "length" };
+      });
+      // A block longer than one answer (or than the context) is split and translated part by
+      // part, in at most a few requests per part; a part that cannot finish keeps its original
+      // text with a visible mark (see whole.js).
+      const r = await translateWhole(translate, msg.text, {
+        splitAbove: maxTokens,
+        onText: (text) => post({ type: "text", id: msg.id, text }),
+      });
+      post({ type: "done", id: msg.id, text: r.text, target: to, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests, capped: r.capped });
+    } catch (e) {
+      post({ type: "error", id: msg.id, ...pageError(e) });
+    }
+  }
 });
 
-chrome.runtime.onMessage.addListener((m, _sender, reply) => {
-  if (m?.type !== "settings") return false;
-  getSettings().then(reply);
-  return true; // async reply
+chrome.runtime.onMessage.addListener((m, sender, reply) => {
+  if (m?.type === "settings") {
+    // Content scripts get what they act on; the model URL and the glossary stay here.
+    getSettings().then((s) => reply(sender.tab ? { autoTranslate: s.autoTranslate, target: s.target } : s));
+    return true; // async reply
+  }
+  if (m?.type === "last-error" && !sender.tab) {
+    // For the popup: why the last load failed, URLs included (extension pages only).
+    reply(engines.lastError);
+    return false;
+  }
+  return false;
 });
 
 chrome.runtime.onInstalled.addListener(() => {

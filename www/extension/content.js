@@ -7,12 +7,16 @@
 
   const MARK = " […]"; // as in whole.js: a part that could not be translated whole
   const SKIP = "[data-tildeopen-ui],script,style,noscript,template,code,pre,kbd,samp,textarea,input,select,option,svg,math,iframe,[contenteditable=''],[contenteditable=true],[translate=no],.notranslate";
-  const original = new Map();   // Text node -> its original text
+  const original = new Map();   // Text node -> its original text (follows the page's own edits)
   const translated = new Map(); // Text node -> its translation
   const queued = new WeakSet();
+  const blockOf = new WeakMap(); // Text node -> its block { el, nodes, target (of its translation) }
   let showing = "original";
-  let port = null, queue = [], running = false, writing = false;
-  const stats = { blocks: 0, done: 0, tokens: 0, seconds: 0, error: null, loading: null };
+  let port = null, queue = [], running = false;
+  // Set by an error every later block would hit too (the model cannot load): the queue waits
+  // until "translate" again instead of trying each block.
+  let stopped = false;
+  const stats = { blocks: 0, done: 0, tokens: 0, seconds: 0, error: null, errorCode: null, errorFatal: false, loading: null };
 
   const isInline = (el) => {
     const d = getComputedStyle(el).display;
@@ -36,7 +40,11 @@
       if (!byBlock.has(block)) byBlock.set(block, []);
       byBlock.get(block).push(t);
     }
-    const blocks = [...byBlock.entries()].map(([el, nodes]) => ({ el, nodes })).filter((b) => !b.nodes.every((n) => queued.has(n)));
+    const blocks = [...byBlock.entries()].map(([el, nodes]) => ({ el, nodes, target: null })).filter((b) => !b.nodes.every((n) => queued.has(n)));
+    return screenFirst(blocks);
+  }
+
+  function screenFirst(blocks) {
     const onScreen = (b) => { const r = b.el.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; };
     return [...blocks.filter(onScreen), ...blocks.filter((b) => !onScreen(b))];
   }
@@ -63,10 +71,18 @@
     });
   }
 
-  // Changes the page's text without the MutationObserver taking it for new page content.
+  // Changes the page's text without the MutationObserver taking it for the page's own: the
+  // page's changes still pending are handled first (before they are overwritten), then the
+  // records of this write are dropped.
   function quietly(f) {
-    writing = true;
-    try { f(); } finally { writing = false; }
+    flush();
+    try { f(); } finally { observer.takeRecords(); }
+  }
+
+  // Handles the page's changes the observer has not reported yet.
+  function flush() {
+    const records = observer.takeRecords();
+    if (records.length) onMutations(records);
   }
 
   function write(nodes, texts) {
@@ -87,7 +103,7 @@
       port = null;
       if (current) {
         restore(current.nodes);
-        queue.unshift({ el: current.el, nodes: current.nodes });
+        queue.unshift(current.block);
         current = null;
       }
       running = false;
@@ -103,9 +119,16 @@
       // The block's whole text so far (earlier parts of a split block + the part in progress).
       current.text = m.text;
       // Stream into the block's first text node; the rest follows at the end of the block.
-      if (showing === "translation") quietly(() => (current.nodes[0].data = current.text));
+      quietly(() => { if (showing === "translation" && !current.stale) current.nodes[0].data = current.text; });
     } else if (m.type === "done" || m.type === "error") {
-      if (m.type === "done") {
+      flush();
+      // The page changed the block's text meanwhile, or another language was asked for: this
+      // translation is of the past; the block goes back to the front of the queue.
+      if (m.type === "done" && (current.stale || (stats.target && m.target !== stats.target))) {
+        restore(current.nodes);
+        queue.unshift(current.block);
+      } else if (m.type === "done") {
+        current.block.target = m.target;
         // The final text: whole, or with the original and a visible mark where a part could
         // not be finished.
         current.text = m.text;
@@ -118,7 +141,19 @@
         stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
       } else {
         stats.error = m.message;
+        stats.errorCode = m.code ?? null;
+        stats.errorFatal = !!m.fatal;
         restore(current.nodes);
+        if (m.fatal) {
+          // Every block would fail the same way: keep them (this one first) for "translate".
+          stopped = true;
+          queue.unshift(current.block);
+        } else if (current.stale || (m.retry && !current.block.retried)) {
+          // The page changed the text meanwhile, or the engine was dropped (GPU device lost;
+          // one more try loads it again).
+          if (!current.stale) current.block.retried = true;
+          queue.unshift(current.block);
+        }
       }
       current = null;
       running = false;
@@ -129,6 +164,10 @@
   let nextId = 1;
   function pump() {
     if (showing !== "translation") return;
+    if (stopped) {
+      if (!running) document.documentElement.setAttribute("data-tildeopen", "error");
+      return;
+    }
     if (running || !queue.length) {
       if (!running && !queue.length && stats.blocks) {
         document.documentElement.setAttribute("data-tildeopen", showing === "translation" ? "translated" : "original");
@@ -138,12 +177,14 @@
       return;
     }
     const b = queue.shift();
-    if (!b.el.isConnected) return pump();
+    b.nodes = b.nodes.filter((n) => original.has(n));
+    if (!b.el.isConnected || !b.nodes.length) return pump();
+    const text = b.nodes.map((n) => original.get(n)).join("").replace(/\s+/g, " ").trim();
+    if (!text) return pump();
     if (!port) connect();
     running = true;
     document.documentElement.setAttribute("data-tildeopen", "translating");
-    const text = b.nodes.map((n) => original.get(n)).join("").replace(/\s+/g, " ").trim();
-    current = { id: nextId++, el: b.el, nodes: b.nodes, text: "", sent: text };
+    current = { id: nextId++, block: b, el: b.el, nodes: b.nodes, text: "", sent: text, stale: false };
     port.postMessage({ type: "block", id: current.id, text, target: stats.target });
   }
 
@@ -160,16 +201,39 @@
     for (const b of collect(root)) {
       b.nodes = b.nodes.filter((n) => !queued.has(n));
       if (!b.nodes.length) continue;
-      for (const n of b.nodes) { queued.add(n); original.set(n, n.data); }
+      for (const n of b.nodes) { queued.add(n); original.set(n, n.data); blockOf.set(n, b); }
       queue.push(b);
       stats.blocks++;
     }
     pump();
   }
 
+  /** Drops a block's translation (the page changed its text, or another language is asked
+   *  for): its nodes show their original text again and it is queued to be translated anew. */
+  function requeue(b) {
+    for (const n of b.nodes) translated.delete(n);
+    b.target = null;
+    quietly(() => b.nodes.forEach((n) => { if (original.has(n)) n.data = original.get(n); }));
+    if (current?.block === b) current.stale = true;
+    else if (!queue.includes(b)) { queue.push(b); stats.blocks++; }
+  }
+
   function translatePage(target) {
     if (target) stats.target = target;
     showing = "translation";
+    stopped = false;
+    stats.error = stats.errorCode = null;
+    stats.errorFatal = false;
+    // Translations into another language than the one asked for now are dropped and their
+    // blocks queued again (first screen first).
+    if (stats.target) {
+      const stale = new Set();
+      for (const n of translated.keys()) {
+        const b = blockOf.get(n);
+        if (b && b.target !== stats.target) stale.add(b);
+      }
+      screenFirst([...stale].filter((b) => b.el.isConnected)).forEach(requeue);
+    }
     quietly(() => { for (const [n, t] of translated) n.data = t; });
     enqueue(document.body);
   }
@@ -180,14 +244,33 @@
     document.documentElement.setAttribute("data-tildeopen", "original");
   }
 
-  // Text the page adds later (infinite scroll, SPA navigation) is translated too.
+  // Text the page adds later (infinite scroll, SPA navigation) is translated too, and text it
+  // changes in place (frameworks set a text node's value) replaces the original: its block's
+  // translation is dropped and the block translated again. The extension's own writes never
+  // reach here (see quietly).
   let pending = null;
-  new MutationObserver((records) => {
-    if (writing || showing !== "translation") return;
-    if (!records.some((r) => r.type === "childList" && r.addedNodes.length)) return;
+  function onMutations(records) {
+    let rescan = false;
+    for (const r of records) {
+      if (r.type === "childList") { if (r.addedNodes.length) rescan = true; continue; }
+      const n = r.target;
+      if (!original.has(n)) { rescan = true; continue; } // not ours yet: a scan may take it
+      if (n.data === original.get(n)) {
+        // Re-rendered with the same text (over the translation): show the translation again.
+        if (showing === "translation" && translated.has(n)) quietly(() => (n.data = translated.get(n)));
+        continue;
+      }
+      if (translated.has(n) && n.data === translated.get(n)) continue;
+      original.set(n, n.data);
+      const b = blockOf.get(n);
+      if (b) { requeue(b); rescan = true; }
+    }
+    if (!rescan || showing !== "translation") return;
     clearTimeout(pending);
     pending = setTimeout(() => enqueue(document.body), 300);
-  }).observe(document.documentElement, { childList: true, subtree: true });
+  }
+  const observer = new MutationObserver(onMutations);
+  observer.observe(document.documentElement, { childList: true, subtree: true, characterData: true });
 
   chrome.runtime.onMessage.addListener((m, _sender, reply) => {
     if (m.type === "translate") translatePage(m.target);
