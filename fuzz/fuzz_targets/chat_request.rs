@@ -1,12 +1,38 @@
 //! A chat request body, as the HTTP server and Batch Transform read it: bytes, UTF-8, JSON, the
 //! request's validation; then what the engine derives from an accepted request (messages,
-//! stop strings, sampling) and the task's output filter, streamed in pieces and whole.
+//! stop strings, sampling) and the task's output filter, streamed in pieces and whole; and its
+//! prompt, rendered and tokenized with the tiny TildeOpen tokenizer (SentencePiece, built-in
+//! template) and SmolLM2's (byte-level BPE, ChatML) where they are at hand: the only special
+//! tokens in it are the template's own, whatever special-token text the messages hold.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tildeopen::chat::api::ChatRequest;
+use tildeopen::chat::api::Message;
 use tildeopen::chat::tasks::{clean_output, OutputFilter};
+use tildeopen::chat::Prompter;
+use tildeopen::text::template::ChatTemplate;
+use tildeopen::text::tokenizer::Tokenizer;
+use std::sync::OnceLock;
+
+/// The prompters to check prompts with (none where the files are missing).
+fn prompters() -> &'static Vec<(Prompter, Tokenizer)> {
+    static P: OnceLock<Vec<(Prompter, Tokenizer)>> = OnceLock::new();
+    P.get_or_init(|| {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/models/tiny-tildeopen");
+        let smollm2 = std::env::var_os("TILDEOPEN_SMOLLM2").map(std::path::PathBuf::from);
+        [Some(fixtures), smollm2]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let tok = Tokenizer::load(&p).ok()?;
+                let template = ChatTemplate::for_tokenizer(&tok).ok()?;
+                Some((Prompter::new(Tokenizer::load(&p).ok()?, template, 4096), tok))
+            })
+            .collect()
+    })
+}
 
 fuzz_target!(|data: &[u8]| {
     // The server: the body must be UTF-8.
@@ -22,6 +48,9 @@ fuzz_target!(|data: &[u8]| {
 
 fn check(body: &str) {
     let Ok(req) = ChatRequest::from_json(body) else { return };
+    for (p, tok) in prompters() {
+        check_prompt(p, tok, &req);
+    }
     req.validate().expect("from_json returns a validated request");
     let msgs = req.effective_messages();
     assert!(!msgs.is_empty(), "an accepted request has messages");
@@ -47,4 +76,16 @@ fn check(body: &str) {
         s += &f.finish();
         assert_eq!(s, whole, "{out:?} in steps of {step}");
     }
+}
+
+/// The request's prompt holds exactly the special tokens of the same messages with their
+/// special-token text taken out: no message opens or closes a turn.
+fn check_prompt(p: &Prompter, tok: &Tokenizer, req: &ChatRequest) {
+    let Ok(prepared) = p.prepare(req) else { return };
+    let cleaned: Vec<Message> = req.effective_messages().iter().map(|m| Message::new(&m.role, tok.without_specials(&m.content))).collect();
+    let plain = ChatRequest { messages: cleaned, task: None, ..req.clone() };
+    let Ok(text) = p.render(&plain) else { return };
+    let Ok(want) = p.tokenize(&text, &[]) else { return };
+    let specials = |ids: &[u32]| ids.iter().filter(|&&i| tok.is_special(i)).copied().collect::<Vec<u32>>();
+    assert_eq!(specials(&prepared.prompt), specials(&want), "{text:?}");
 }

@@ -125,6 +125,12 @@ pub struct Prepared {
 }
 
 impl Prompter {
+    /// A prompter for `tokenizer` with its chat template, for a context of `ctx` tokens.
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, ctx: usize) -> Self {
+        let max_piece_bytes = tokenizer.max_piece_bytes();
+        Prompter { tokenizer: Arc::new(tokenizer), template: Arc::new(template), ctx, max_piece_bytes }
+    }
+
     /// Validates the request, renders and tokenizes its prompt, and checks it fits the context
     /// window. A prompt whose letters, digits and ASCII punctuation alone are more tokens than
     /// the context is rejected before it is tokenized.
@@ -309,9 +315,8 @@ impl ChatEngine {
             log::warn!("the tokenizer names no end-of-generation token: answers end only at max_tokens or stop strings");
         }
         let slots = (0..parallel).map(|_| Slot { busy: false, used: 0 }).collect();
-        let max_piece_bytes = tokenizer.max_piece_bytes();
         Ok(ChatEngine {
-            prompter: Prompter { tokenizer: Arc::new(tokenizer), template: Arc::new(template), ctx, max_piece_bytes },
+            prompter: Prompter::new(tokenizer, template, ctx),
             session,
             name: opts.model_name,
             stop_ids,
