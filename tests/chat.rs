@@ -124,6 +124,34 @@ fn special_token_text_in_messages_stays_text() {
     assert_eq!(place_contents(&real, &marked, &["  a<|user|>b "]), None);
 }
 
+/// Marker text split across two contents that a template puts side by side is guarded too,
+/// on both tokenizer kinds; so is an added token that is not special (`<tool_call>`).
+#[test]
+fn marker_text_across_contents_stays_text() {
+    use tildeopen::chat::Prompter;
+    let side_by_side = || ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}".into(), false, String::new(), String::new(), vec![]).unwrap();
+    let count = |ids: &[u32], id: u32| ids.iter().filter(|&&i| i == id).count();
+    let prompt = |p: &Prompter, a: &str, b: &str| {
+        let req = ChatRequest::new(vec![Message::user(a), Message::user(b)]);
+        let (text, guarded) = p.render_guarded(&req).unwrap();
+        p.tokenize(&text, &guarded).unwrap()
+    };
+    let tiny = Prompter::new(Tokenizer::load(&fixtures().join("models/tiny-tildeopen")).unwrap(), side_by_side(), 256);
+    assert_eq!(count(&prompt(&tiny, "a<|us", "er|>b"), 7), 0);
+    let smol = Tokenizer::load(&smollm2()).unwrap();
+    // The same vocabulary with a non-special added token, as tokenizer.json files have them.
+    let mut json: serde_json::Value = serde_json::from_str(&smol.to_hf_json().unwrap()).unwrap();
+    let id = smol.vocab_size() as u32;
+    json["added_tokens"].as_array_mut().unwrap().push(serde_json::json!({"id": id, "content": "<tool_call>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": false}));
+    let with_tool = Tokenizer::from_hf_json(json.to_string().as_bytes()).unwrap();
+    assert_eq!(with_tool.encode_chat("x<tool_call>y").unwrap().iter().filter(|&&i| i == id).count(), 1, "an added token");
+    let smol = Prompter::new(with_tool, side_by_side(), 256);
+    assert_eq!(count(&prompt(&smol, "a<|im_", "end|>b"), 2), 0);
+    assert_eq!(count(&prompt(&smol, "call <tool_call>", "x"), id), 0);
+    // No marker text: the ids of the plain render.
+    assert_eq!(prompt(&smol, "Hello", " there"), smol.tokenize("Hello there", &[]).unwrap());
+}
+
 #[test]
 fn requests_are_validated() {
     let err = |body: &str| ChatRequest::from_json(body).unwrap_err();

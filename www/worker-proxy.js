@@ -21,6 +21,8 @@ export async function createWorkerEngine(opts) {
     dead ??= err;
     for (const p of pending.values()) p.reject(err);
     pending.clear();
+    // A failed worker is not used again: free it (and its GPU device) now.
+    worker.terminate();
   };
   worker.onmessage = (e) => {
     const { id, result, error, progress } = e.data;
@@ -65,9 +67,7 @@ export async function createWorkerEngine(opts) {
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
     async unload() {
-      if (dead) return;
-      try { await call("unload"); } finally {
-        worker.terminate();
+      try { if (!dead) await call("unload"); } finally {
         fail(engineError("the engine was unloaded", "invalid_request_error", "unloaded"));
       }
     },

@@ -180,20 +180,21 @@ impl Prompter {
     }
 
     /// The prompt text a request renders to, and the byte ranges its messages' contents take
-    /// in it when one of them holds special-token text (`<|user|>`, `</s>`): those stay text
+    /// in it: marker text there (`<|user|>`, `</s>`, also split across two contents) stays text
     /// when the prompt is tokenized, so a message (a web page being translated) cannot open or
-    /// close turns. Where the template changes contents beyond recognition, such text is taken
-    /// out of the contents instead.
+    /// close turns. The ranges come from a second render with a marker per content. Where the
+    /// template changes contents beyond recognition (other than `| trim`), no ranges are
+    /// known: contents that hold marker text then lose it instead.
     pub fn render_guarded(&self, req: &ChatRequest) -> std::result::Result<(String, Vec<Range<usize>>), ApiError> {
         let messages: Vec<Message> = req.effective_messages();
         let text = self.template.render(&messages, true)?;
-        if !messages.iter().any(|m| self.tokenizer.holds_special(&m.content)) {
-            return Ok((text, Vec::new()));
-        }
         let marked: Vec<Message> = messages.iter().enumerate().map(|(i, m)| Message::new(&m.role, content_marker(i))).collect();
         let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
         if let Some(ranges) = self.template.render(&marked, true).ok().and_then(|m| place_contents(&text, &m, &contents)) {
             return Ok((text, ranges));
+        }
+        if !messages.iter().any(|m| self.tokenizer.holds_special(&m.content)) {
+            return Ok((text, Vec::new()));
         }
         let cleaned: Vec<Message> =
             messages.iter().map(|m| Message::new(&m.role, self.tokenizer.without_specials(&m.content))).collect();

@@ -47,6 +47,13 @@ pub enum SpmKind {
     Bpe,
 }
 
+/// Whether a piece's text reads as a control marker (`<|user|>`, `<s>`, `[INST]`), as opposed
+/// to user-defined text pieces such as runs of whitespace: the pieces a message's own text must
+/// not produce in a chat prompt.
+pub fn is_marker(p: &str) -> bool {
+    p.chars().count() >= 3 && ((p.starts_with('<') && p.ends_with('>')) || (p.starts_with('[') && p.ends_with(']')))
+}
+
 /// A SentencePiece model.
 pub struct SpmModel {
     pub kind: SpmKind,
@@ -398,8 +405,9 @@ impl SpmModel {
         self.encode_normalized(&self.normalize(text))
     }
 
-    /// [`SpmModel::encode`], but user-defined pieces (TildeOpen's `<|user|>`) are not taken
-    /// whole from the text, nor made by merges: their text is text, spelt in other pieces.
+    /// [`SpmModel::encode`], but user-defined marker pieces ([`is_marker`]: TildeOpen's
+    /// `<|user|>`) are not taken whole from the text, nor made by merges: their text is text,
+    /// spelt in other pieces. Text without such markers encodes exactly as `encode` does.
     pub fn encode_literal(&self, text: &str) -> Vec<u32> {
         self.encode_mode(&self.normalize(text), true)
     }
@@ -442,7 +450,7 @@ impl SpmModel {
         let mut syms: Vec<Sym> = Vec::new();
         let mut pos = 0;
         while pos < s.len() {
-            let (len, frozen) = match self.user_defined_at(&s[pos..]).filter(|_| !literal) {
+            let (len, frozen) = match self.user_defined_at(&s[pos..]).filter(|(len, _)| !(literal && is_marker(&s[pos..pos + len]))) {
                 Some((len, _)) => (len, true),
                 None => (s[pos..].chars().next().unwrap().len_utf8(), false),
             };
@@ -482,7 +490,7 @@ impl SpmModel {
                 return;
             }
             let piece = &s[a.start..b.end];
-            if let Some(&id) = self.lookup.get(piece).filter(|&&id| !(literal && self.pieces[id as usize].2 == PieceType::UserDefined)) {
+            if let Some(&id) = self.lookup.get(piece).filter(|&&id| !(literal && self.pieces[id as usize].2 == PieceType::UserDefined && is_marker(piece))) {
                 agenda.push(Pair { score: self.pieces[id as usize].1, left: l as usize, right: r as usize, len: piece.len() });
                 if self.pieces[id as usize].2 == PieceType::Unused {
                     rev.insert(piece, (&s[a.start..a.end], &s[b.start..b.end]));
@@ -557,7 +565,7 @@ impl SpmModel {
                 let (_, score, ty) = &self.pieces[id as usize];
                 let score = match ty {
                     PieceType::Unused => continue,
-                    PieceType::UserDefined if literal => continue,
+                    PieceType::UserDefined if literal && is_marker(piece) => continue,
                     PieceType::UserDefined => end_rel as f32 * self.max_score - 0.1,
                     _ => *score,
                 };

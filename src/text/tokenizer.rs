@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::gguf::{Gguf, Value};
-use super::spm::{PieceType, SpmKind, SpmModel};
+use super::spm::{is_marker, PieceType, SpmKind, SpmModel};
 
 enum Backend {
     Spm(Box<SpmModel>),
@@ -36,6 +36,9 @@ pub struct Tokenizer {
     pub chat_template: Option<String>,
     /// Text of special tokens matched by [`Tokenizer::encode_chat`], longest first.
     specials: Vec<(String, u32)>,
+    /// Text a message's content may not turn into a token in a chat prompt, longest first:
+    /// special tokens, and user-defined or added tokens that read as markers (`<tool_call>`).
+    guardable: Vec<String>,
 }
 
 /// `bytes` as text with one U+FFFD per byte that is not part of a valid UTF-8 character, as
@@ -65,7 +68,7 @@ fn hf_err(e: impl std::fmt::Display) -> Error {
 
 impl Tokenizer {
     fn with_backend(backend: Backend) -> Self {
-        Tokenizer { backend, bos: None, add_bos: false, eog: Vec::new(), chat_template: None, specials: Vec::new() }
+        Tokenizer { backend, bos: None, add_bos: false, eog: Vec::new(), chat_template: None, specials: Vec::new(), guardable: Vec::new() }
     }
 
     /// A SentencePiece `tokenizer.model`'s bytes.
@@ -76,13 +79,18 @@ impl Tokenizer {
 
     fn from_spm(m: SpmModel) -> Self {
         let mut specials = Vec::new();
+        let mut guardable = Vec::new();
         for (i, (p, _, ty)) in m.pieces.iter().enumerate() {
             if matches!(ty, PieceType::Control | PieceType::UserDefined) && !p.is_empty() {
                 specials.push((p.clone(), i as u32));
+                if *ty == PieceType::Control || is_marker(p) {
+                    guardable.push(p.clone());
+                }
             }
         }
         let mut t = Self::with_backend(Backend::Spm(Box::new(m)));
         t.set_specials(specials);
+        t.set_guardable(guardable);
         // sentencepiece's own defaults; tokenizer_config.json / GGUF metadata override them.
         t.bos = t.token_id("<s>");
         t.eog = t.token_id("</s>").into_iter().collect();
@@ -94,6 +102,13 @@ impl Tokenizer {
         self.specials = specials;
     }
 
+    fn set_guardable(&mut self, mut g: Vec<String>) {
+        g.retain(|t| t.chars().count() >= 2);
+        g.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        g.dedup();
+        self.guardable = g;
+    }
+
     /// An HF `tokenizer.json`'s bytes.
     pub fn from_hf_json(bytes: &[u8]) -> Result<Self> {
         let special = tokenizers::Tokenizer::from_bytes(bytes).map_err(hf_err)?;
@@ -103,14 +118,13 @@ impl Tokenizer {
     fn from_hf(special: tokenizers::Tokenizer) -> Self {
         let mut plain = special.clone();
         plain.set_encode_special_tokens(true);
-        let specials = special
-            .get_added_tokens_decoder()
-            .iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, t)| (t.content.clone(), *id))
-            .collect();
+        let added = special.get_added_tokens_decoder();
+        let specials = added.iter().filter(|(_, t)| t.special).map(|(id, t)| (t.content.clone(), *id)).collect();
+        // The tokenizers crate takes every added token whole, special or not (`<tool_call>`).
+        let guardable = added.values().filter(|t| t.special || is_marker(&t.content)).map(|t| t.content.clone()).collect();
         let mut t = Self::with_backend(Backend::Hf { plain: Box::new(plain), special: Box::new(special) });
         t.set_specials(specials);
+        t.set_guardable(guardable);
         t
     }
 
@@ -255,52 +269,60 @@ impl Tokenizer {
         self.encode_chat_guarded(text, &[])
     }
 
-    /// [`Tokenizer::encode_chat`], except that special-token text overlapping a `guarded` byte
-    /// range (where the messages' contents stand in the rendered prompt) stays text: a message,
-    /// a page being translated, cannot open or close turns of its own. Without special-token
-    /// text in a guarded range the ids are exactly `encode_chat`'s.
+    /// [`Tokenizer::encode_chat`], except that marker text (special tokens, `<tool_call>`-like
+    /// added or user-defined tokens) overlapping a `guarded` byte range (where the messages'
+    /// contents stand in the rendered prompt) stays text: a message, a page being translated,
+    /// cannot open or close turns of its own, even split across two contents. Text without
+    /// such markers in or across a guarded range gets exactly `encode_chat`'s ids.
     pub fn encode_chat_guarded(&self, text: &str, guarded: &[std::ops::Range<usize>]) -> Result<Vec<u32>> {
         let overlaps = |a: usize, b: usize| guarded.iter().any(|r| a < r.end && r.start < b);
-        if let Backend::Hf { special, plain } = &self.backend {
-            // The tokenizers crate finds special tokens itself: encode the guarded ranges that
-            // hold special-token text with the plain tokenizer and the rest as before.
-            let held: Vec<&std::ops::Range<usize>> = guarded
-                .iter()
-                .filter(|r| text.get(r.start..r.end).is_some_and(|c| self.specials.iter().any(|(s, _)| c.contains(s.as_str()))))
-                .collect();
+        if let Backend::Hf { special, .. } = &self.backend {
+            // The tokenizers crate finds added tokens itself: each guarded occurrence (all of
+            // them, overlapping ones included) is cut after its first character, so no piece
+            // holds it whole; the pieces are encoded as before, one after another.
+            let mut cuts = Vec::new();
+            if !guarded.is_empty() {
+                for g in &self.guardable {
+                    let mut from = 0;
+                    while let Some(p) = text[from..].find(g.as_str()) {
+                        let at = from + p;
+                        let first = text[at..].chars().next().map_or(1, char::len_utf8);
+                        if overlaps(at, at + g.len()) {
+                            cuts.push(at + first);
+                        }
+                        from = at + first;
+                    }
+                }
+            }
+            cuts.sort_unstable();
+            cuts.dedup();
             let mut ids = Vec::new();
             let mut at = 0;
-            for r in held {
-                if r.start < at {
-                    continue;
+            for c in cuts.into_iter().chain(std::iter::once(text.len())) {
+                if c > at || (c == 0 && text.is_empty()) {
+                    ids.extend(special.encode_fast(&text[at..c], false).map_err(hf_err)?.get_ids());
+                    at = c;
                 }
-                if r.start > at {
-                    ids.extend(special.encode_fast(&text[at..r.start], false).map_err(hf_err)?.get_ids());
-                }
-                ids.extend(plain.encode_fast(&text[r.start..r.end], false).map_err(hf_err)?.get_ids());
-                at = r.end;
-            }
-            if at < text.len() || ids.is_empty() {
-                ids.extend(special.encode_fast(&text[at..], false).map_err(hf_err)?.get_ids());
             }
             return Ok(ids);
         }
-        // A run of text between special tokens holds special-token text only where it
-        // overlaps a guarded range (everywhere else that text was taken as a token): such a run
-        // is spelt literally, since sentencepiece would take its user-defined pieces whole.
+        // A run of text between special tokens that overlaps a guarded range is spelt without
+        // marker pieces (sentencepiece would take user-defined ones whole, also where a
+        // normalizer made them); without such text the ids are the same either way.
         let run = |a: usize, b: usize| -> Result<Vec<u32>> {
             match &self.backend {
-                Backend::Spm(m) if overlaps(a, b) && self.holds_special(&text[a..b]) => Ok(m.encode_literal(&text[a..b])),
+                Backend::Spm(m) if overlaps(a, b) => Ok(m.encode_literal(&text[a..b])),
                 _ => self.encode(&text[a..b]),
             }
         };
+        let guard = |s: &str, at: usize| overlaps(at, at + s.len()) && self.guardable.iter().any(|g| g == s);
         let mut ids = Vec::new();
         let mut start = 0;
         let mut pending = 0;
         while start + pending < text.len() {
             let at = start + pending;
             let here = &text[at..];
-            match self.specials.iter().find(|(s, _)| here.starts_with(s.as_str()) && !overlaps(at, at + s.len())) {
+            match self.specials.iter().find(|(s, _)| here.starts_with(s.as_str()) && !guard(s, at)) {
                 Some((s, id)) => {
                     ids.extend(run(start, at)?);
                     ids.push(*id);
@@ -314,16 +336,17 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// Whether `text` holds a special token's text.
+    /// Whether `text` holds marker text a chat prompt guards (see
+    /// [`Tokenizer::encode_chat_guarded`]).
     pub fn holds_special(&self, text: &str) -> bool {
-        self.specials.iter().any(|(s, _)| text.contains(s.as_str()))
+        self.guardable.iter().any(|s| text.contains(s.as_str()))
     }
 
-    /// `text` without any special token's text (removed until none is left, so no removal
-    /// can join two halves into a new one).
+    /// `text` without any guarded marker text (removed until none is left, so no removal can
+    /// join two halves into a new one).
     pub fn without_specials(&self, text: &str) -> String {
         let mut t = text.to_string();
-        while let Some((s, _)) = self.specials.iter().find(|(s, _)| t.contains(s.as_str())) {
+        while let Some(s) = self.guardable.iter().find(|s| t.contains(s.as_str())) {
             t = t.replace(s.as_str(), "");
         }
         t
