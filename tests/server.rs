@@ -330,6 +330,97 @@ fn access_control_and_limits() {
     assert_eq!(code, 200, "{out}");
 }
 
+/// Slow or idle clients cannot hold the server: a body that has not arrived after
+/// --read-timeout gets 408, headers that never end are cut off, connections past
+/// --max-connections are closed as they come (and the server answers again once others go),
+/// and Ctrl-C ends the server within its grace period while a client holds a connection. Also:
+/// one ASCII Origin header at most, bracketed hosts with nothing after the port, a
+/// case-insensitive Bearer scheme, a configured key and origins list read trimmed, /health
+/// without a key, JSON-lines bodies.
+#[test]
+fn slow_clients_and_connection_limits() {
+    let mut s = start(&["--read-timeout", "2", "--max-connections", "4", "--api-key", " k ", "--allowed-origins", "http://a.example, http://b.example"]);
+    let b = s.base.clone();
+    let hostp = b.strip_prefix("http://").unwrap().to_string();
+    let open = || {
+        let t = std::net::TcpStream::connect(&hostp).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        t
+    };
+    let answer = |t: &mut std::net::TcpStream| {
+        let mut out = String::new();
+        let _ = t.read_to_string(&mut out);
+        out
+    };
+    // A body that stops halfway: 408 after about 2 s.
+    let mut t = open();
+    let t0 = std::time::Instant::now();
+    write!(t, "POST /v1/chat/completions HTTP/1.1\r\nHost: {hostp}\r\nContent-Type: application/json\r\nAuthorization: Bearer k\r\nContent-Length: 100\r\n\r\n{{\"messages\":").unwrap();
+    let out = answer(&mut t);
+    assert!(out.starts_with("HTTP/1.1 408") && out.contains("request_timeout"), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // Headers that never end: the connection is closed.
+    let mut t = open();
+    let t0 = std::time::Instant::now();
+    write!(t, "GET /ping HTTP/1.1\r\nHost: {hostp}\r\n").unwrap();
+    let _ = answer(&mut t);
+    assert!(t0.elapsed() < Duration::from_secs(10), "headers that never end held the connection {:?}", t0.elapsed());
+    // Four idle connections fill the server; a fifth is closed at once, with no answer.
+    let idle: Vec<_> = (0..4).map(|_| open()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fifth = open();
+    let t0 = std::time::Instant::now();
+    let _ = write!(fifth, "GET /ping HTTP/1.1\r\nHost: {hostp}\r\nConnection: close\r\n\r\n");
+    let out = answer(&mut fifth);
+    assert!(out.is_empty() && t0.elapsed() < Duration::from_secs(1), "a connection past the limit: {out:?} after {:?}", t0.elapsed());
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    let get = |path: &str, extra: &str| raw(&b, &format!("GET {path} HTTP/1.1\r\nHost: {hostp}\r\n{extra}"), "");
+    assert_eq!(get("/ping", "").0, 200, "answered again once the idle connections went");
+    // The key, trimmed on both sides, under a scheme in any case; /health needs none.
+    assert_eq!(get("/v1/models", "Authorization: bearer k").0, 200);
+    assert_eq!(get("/v1/models", "Authorization: Bearer  k ").0, 200);
+    assert_eq!(get("/v1/models", "Authorization: Bearer kk").0, 401);
+    assert_eq!(get("/health", "").0, 200);
+    // Origins: each of a comma-separated list with spaces; never two Origin headers, nor one
+    // that is not ASCII; a bracketed host with something after it is not loopback.
+    assert_eq!(get("/v1/models", "Authorization: Bearer k\r\nOrigin: http://b.example").0, 200);
+    assert_eq!(get("/v1/models", "Authorization: Bearer k\r\nOrigin: http://b.example\r\nOrigin: http://evil.example").0, 403);
+    let addr = hostp.clone();
+    let mut t = std::net::TcpStream::connect(&addr).unwrap();
+    t.write_all(format!("GET /v1/models HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer k\r\nOrigin: http://\u{e9}vil.example\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    let out = answer(&mut t);
+    assert!(out.starts_with("HTTP/1.1 403"), "a non-ASCII Origin: {out}");
+    let port = hostp.rsplit(':').next().unwrap();
+    let (code, _) = raw(&b, &format!("GET /v1/models HTTP/1.1\r\nHost: [::1]evil.example:{port}\r\nAuthorization: Bearer k"), "");
+    assert_eq!(code, 403);
+    // One JSON line, as SageMaker sends a record of a JSON-lines file.
+    let (code, out) = raw(&b, &format!("POST /invocations HTTP/1.1\r\nHost: {hostp}\r\nContent-Type: application/jsonlines\r\nAuthorization: Bearer k"), HI);
+    assert_eq!(code, 200, "{out}");
+    // Ctrl-C with a client holding a connection: the server is gone within its grace period.
+    let _held = open();
+    let t0 = std::time::Instant::now();
+    Command::new("kill").args(["-INT", &s.child.id().to_string()]).status().unwrap();
+    loop {
+        if s.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "still running {:?} after Ctrl-C", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An --allowed-origins entry that is not an origin is an error at start, not a silent no-match.
+#[test]
+fn a_malformed_allowed_origin_is_an_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(["serve", "--model", &tiny(), "--port", "0", "--allowed-origins", "app.example/path"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is not an origin"), "{err}");
+}
+
 /// A panic while answering (injected through the test hook) fails the request in flight with a
 /// 500 and a JSON body; the server stays healthy and answers the next request.
 #[test]

@@ -41,6 +41,13 @@ pub enum ServeCmd {
         /// Requests that may wait for a free slot; more get 503 with Retry-After.
         #[arg(long, default_value_t = tildeopen::serve::server::DEFAULT_MAX_QUEUE)]
         max_queue: usize,
+        /// Seconds a client may take to send a request's body (its headers: at most 10 of
+        /// them); a slower one gets 408 and is closed.
+        #[arg(long, default_value_t = 30)]
+        read_timeout: u64,
+        /// Connections served at once; more are closed as they arrive.
+        #[arg(long, default_value_t = tildeopen::serve::server::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
     },
     /// Batch Transform: one chat request per line of INPUT, one response per line of
     /// <output-dir>/<input name>.out, in order; rerun to resume.
@@ -65,7 +72,7 @@ pub enum ServeCmd {
 
 pub fn run(cmd: ServeCmd) -> Result<()> {
     match cmd {
-        ServeCmd::Serve { common, host, port, model_name, max_body_bytes, parallel, allowed_origins, api_key, max_queue } => {
+        ServeCmd::Serve { common, host, port, model_name, max_body_bytes, parallel, allowed_origins, api_key, max_queue, read_timeout, max_connections } => {
             let sagemaker = std::env::var_os("SAGEMAKER_BIND_TO_PORT").is_some() || Path::new(SAGEMAKER_MODEL_DIR).is_dir();
             let port = match port {
                 Some(p) => p,
@@ -75,7 +82,8 @@ pub fn run(cmd: ServeCmd) -> Result<()> {
                 },
             };
             let host = host.unwrap_or_else(|| if sagemaker { "0.0.0.0" } else { "127.0.0.1" }.to_string());
-            let opts = tildeopen::serve::server::ServeOptions { host, port, max_body_bytes, allowed_origins, api_key, max_queue };
+            let read_timeout = std::time::Duration::from_secs(read_timeout.max(1));
+            let opts = tildeopen::serve::server::ServeOptions { host, port, max_body_bytes, allowed_origins, api_key, max_queue, read_timeout, max_connections };
             tildeopen::serve::server::serve(opts, move || engine_named(&common, model_name, parallel), |addr| {
                 eprintln!("listening on http://{addr}");
             })?;

@@ -49,6 +49,10 @@ pub struct ServeOptions {
     pub api_key: Option<String>,
     /// Requests that may wait for a slot; more get 503 with `Retry-After`.
     pub max_queue: usize,
+    /// How long a client may take to send a body (headers: at most 10 s of it).
+    pub read_timeout: std::time::Duration,
+    /// Connections served at once; more are closed as they arrive.
+    pub max_connections: usize,
 }
 
 /// The most requests waiting for a slot by default.
@@ -66,7 +70,11 @@ struct Access {
 /// `host[:port]` names this machine only.
 fn is_loopback_host(host: &str) -> bool {
     let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
+        // `[addr]` or `[addr]:port`, nothing else after the bracket.
+        match rest.split_once(']') {
+            Some((addr, after)) if after.is_empty() || after.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit())) => addr,
+            _ => return false,
+        }
     } else {
         host.rsplit_once(':').map_or(host, |(h, port)| if port.chars().all(|c| c.is_ascii_digit()) { h } else { host })
     };
@@ -74,9 +82,23 @@ fn is_loopback_host(host: &str) -> bool {
     name == "localhost" || name.ends_with(".localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Equal in time independent of where they differ.
+/// `scheme://host[:port]` with nothing after it but an optional `/`.
+fn valid_origin(o: &str) -> bool {
+    let Some((scheme, rest)) = o.split_once("://") else { return false };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    !scheme.is_empty()
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', ' ', ','])
+}
+
+/// Equal, in a time that depends on neither where they differ nor the secret's length (`b`).
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let mut diff = (a.len() != b.len()) as u8;
+    for (i, x) in a.iter().enumerate() {
+        diff |= x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0);
+    }
+    diff == 0
 }
 
 impl Access {
@@ -103,6 +125,12 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     if a.loopback && !is_loopback_host(&host) {
         return deny(403, "host_not_allowed", format!("Host {host:?} is not a loopback name, and this server is bound to loopback"));
     }
+    // An Origin that is there counts, readable or not: two of them, or one that is not ASCII,
+    // is refused rather than read as none.
+    let origins = headers.get_all(header::ORIGIN).iter().collect::<Vec<_>>();
+    if origins.len() > 1 || origins.first().is_some_and(|o| o.to_str().is_err()) {
+        return deny(403, "origin_not_allowed", "a request may carry one ASCII Origin header".into());
+    }
     let origin = text(headers, header::ORIGIN);
     if let Some(o) = &origin {
         if !a.origin_allowed(o, &host) {
@@ -127,8 +155,10 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     }
     if let Some(key) = &a.api_key {
         let given = text(headers, header::AUTHORIZATION).unwrap_or_default();
-        let ok = given.strip_prefix("Bearer ").is_some_and(|k| same_secret(k.trim().as_bytes(), key.as_bytes()));
-        if req.uri().path() != "/ping" && !ok {
+        // The scheme is case-insensitive (RFC 7235); the key itself is not.
+        let ok = given.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")).is_some_and(|(_, k)| same_secret(k.trim().as_bytes(), key.as_bytes()));
+        // Health checks (SageMaker's /ping, Kubernetes-style /health) need no key.
+        if !matches!(req.uri().path(), "/ping" | "/health") && !ok {
             let mut r = deny(401, "invalid_api_key", "this server needs Authorization: Bearer <its API key>".into());
             r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return cors(r);
@@ -137,11 +167,89 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
     if req.method() == Method::POST {
         let ct = text(headers, header::CONTENT_TYPE).unwrap_or_default();
         let essence = ct.split(';').next().unwrap_or("").trim();
-        if !essence.eq_ignore_ascii_case("application/json") {
+        // JSON, or one JSON line as SageMaker Batch Transform sends a record of a JSON-lines
+        // file: none of these is a type a page may send without a CORS preflight.
+        if !["application/json", "application/jsonlines", "application/x-ndjson"].iter().any(|t| essence.eq_ignore_ascii_case(t)) {
             return cors(deny(415, "unsupported_media_type", format!("request bodies must be application/json, not {ct:?}")));
         }
+        // The whole body within read_timeout and max_body bytes, before any handler: a client
+        // that trickles its body cannot hold a connection (or a place) for ever.
+        let (parts, body) = req.into_parts();
+        let bytes = match tokio::time::timeout(st.read_timeout, http_body_util::BodyExt::collect(http_body_util::Limited::new(body, st.max_body))).await {
+            Err(_) => return cors(deny(408, "request_timeout", format!("the request body did not arrive within {} s", st.read_timeout.as_secs()))),
+            Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                return cors(deny(413, "payload_too_large", format!("request bodies may be at most {} bytes", st.max_body)))
+            }
+            Ok(Err(e)) => return cors(deny(400, "bad_body", format!("the request body could not be read: {e}"))),
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        return cors(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await);
     }
     cors(next.run(req).await)
+}
+
+/// The longest a client may take to send a request's headers.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Connections served at once by default; more are closed as they come (each holds a file
+/// descriptor, and up to `max_body` bytes while its body arrives).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// After Ctrl-C, how long connections in progress get to finish (a second Ctrl-C: none).
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves `app` on `listener` until Ctrl-C: at most `max_connections` connections, each
+/// HTTP/1.1 with `header_timeout` to send its headers (an idle keep-alive connection is closed
+/// then too).
+async fn serve_connections(listener: tokio::net::TcpListener, app: Router, max_connections: usize, header_timeout: std::time::Duration) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let max_connections = max_connections.clamp(1, 1 << 20);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (close_tx, close_rx) = tokio::sync::watch::channel(false);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    log::warn!("accept: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut ctrl_c => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            log::warn!("{max_connections} connections open: one more closed");
+            continue;
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut close = close_rx.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = close.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+            drop(slot);
+        });
+    }
+    // Stop: no new connections; those in progress finish their response, for at most
+    // SHUTDOWN_GRACE (or until a second Ctrl-C).
+    drop(listener);
+    let _ = close_tx.send(true);
+    tokio::select! {
+        _ = tokio::time::timeout(SHUTDOWN_GRACE, slots.acquire_many(max_connections as u32)) => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(())
 }
 
 enum Reply {
@@ -173,6 +281,9 @@ struct AppState {
     /// big bodies queues here instead of filling the blocking pool.
     preparing: Arc<tokio::sync::Semaphore>,
     access: Access,
+    /// Largest request body in bytes.
+    max_body: usize,
+    read_timeout: std::time::Duration,
 }
 
 /// A place in the queue, given back when dropped unless the worker took the job (which then
@@ -421,10 +532,14 @@ pub fn serve(
         let ip = local.ip();
         let access = Access {
             loopback: ip.is_loopback(),
-            any_origin: opts.allowed_origins.iter().any(|o| o == "*"),
-            origins: opts.allowed_origins.clone(),
-            api_key: opts.api_key.clone().filter(|k| !k.is_empty()),
+            any_origin: opts.allowed_origins.iter().any(|o| o.trim() == "*"),
+            origins: opts.allowed_origins.iter().map(|o| o.trim().to_string()).filter(|o| !o.is_empty()).collect(),
+            // Trimmed as the key a client sends is (a key read from a CRLF file ends in \r).
+            api_key: opts.api_key.as_deref().map(str::trim).filter(|k| !k.is_empty()).map(str::to_string),
         };
+        if let Some(bad) = access.origins.iter().find(|o| *o != "*" && !valid_origin(o)) {
+            return Err(crate::Error::Input(format!("--allowed-origins: {bad:?} is not an origin (scheme://host[:port])")));
+        }
         if !access.loopback && access.api_key.is_none() {
             eprintln!(
                 "warning: listening on {local}, reachable from other machines, with no API key: anyone who can reach the port can use the model (--api-key or $TILDEOPEN_API_KEY; --host 127.0.0.1 for this machine only)"
@@ -441,6 +556,8 @@ pub fn serve(
             max_queue: opts.max_queue.max(1),
             preparing: Arc::new(tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
             access,
+            max_body: opts.max_body_bytes,
+            read_timeout: opts.read_timeout,
         });
         let st = state.clone();
         let (fail_tx, mut fail_rx) = mpsc::unbounded_channel::<crate::Error>();
@@ -493,9 +610,7 @@ pub fn serve(
             .layer(DefaultBodyLimit::max(opts.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
             .with_state(state);
-        let server = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        });
+        let server = serve_connections(listener, app, opts.max_connections, HEADER_TIMEOUT.min(opts.read_timeout));
         tokio::select! {
             r = server => r.map_err(|e| crate::Error::Io { path: addr, source: e }),
             Some(e) = fail_rx.recv() => Err(e),
