@@ -11,8 +11,9 @@
 //! Access control, since every web page the user opens can reach a local port: requests with an
 //! `Origin` that is not allowed get 403 (allowed: no `Origin`, the server's own loopback origin,
 //! `allowed_origins`); bound to a loopback address, only loopback `Host` names are answered (DNS
-//! rebinding); with an API key, every route but `/ping` needs `Authorization: Bearer KEY`; POST
-//! bodies must be `application/json` (which also makes browsers send a CORS preflight).
+//! rebinding); with an API key, every route but `/ping` and `/health` needs
+//! `Authorization: Bearer KEY`; POST bodies must be JSON (which also makes browsers send a CORS
+//! preflight). Connections are capped, headers and bodies have deadlines (`serve_connections`).
 //!
 //! Health: a panic while answering fails the requests in flight (500) and the worker goes on
 //! with empty caches; a lost device (or a GPU error) or a dead worker turns `/ping` into 503 and
