@@ -57,6 +57,8 @@ pub struct Stats {
     pub copied: u64,
     /// Tokens generated.
     pub generated: u64,
+    /// Forward passes that failed (a GPU error): every request in flight failed with the error.
+    pub failed_passes: u64,
 }
 
 /// A request in flight (see [`ChatEngine::submit`]).
@@ -231,6 +233,8 @@ pub struct ChatEngine {
     /// Requests whose owner (a dropped [`ChatStream`] or completion future) went away.
     abandoned: Arc<Mutex<Vec<RequestId>>>,
     stats: Stats,
+    /// Test hook: the next pass fails as a GPU error would.
+    fail_next_pass: bool,
 }
 
 /// Holds back text that may be the start of a stop string.
@@ -328,6 +332,7 @@ impl ChatEngine {
             clock: 0,
             abandoned: Arc::default(),
             stats: Stats::default(),
+            fail_next_pass: false,
         })
     }
 
@@ -353,6 +358,13 @@ impl ChatEngine {
     /// (load the model anew, or restart the process).
     pub fn check_device(&self) -> Result<()> {
         self.session.check_device()
+    }
+
+    /// Test hook: the next [`ChatEngine::step`] with requests in flight fails as a GPU error
+    /// would (every request in flight fails, the caches are forgotten).
+    #[doc(hidden)]
+    pub fn fail_next_pass(&mut self) {
+        self.fail_next_pass = true;
     }
 
     /// Drops every request in flight and forgets every cache (after a fault: nothing the engine
@@ -533,8 +545,14 @@ impl ChatEngine {
     pub async fn step(&mut self) -> Vec<Event> {
         self.reap();
         if !self.active.is_empty() {
-            if let Err(e) = self.pass().await {
+            let passed = if std::mem::take(&mut self.fail_next_pass) {
+                Err(crate::error::Error::Gpu("injected pass failure (test hook)".into()))
+            } else {
+                self.pass().await
+            };
+            if let Err(e) = passed {
                 // A GPU fault: every request in flight fails and the caches are forgotten.
+                self.stats.failed_passes += 1;
                 let err: ApiError = e.into();
                 for a in std::mem::take(&mut self.active) {
                     self.outbox.push_back(Event { id: a.id, output: Output::Error(err.clone()), last: true });

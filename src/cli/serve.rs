@@ -67,6 +67,10 @@ pub enum ServeCmd {
         /// with --ctx-size tokens of KV cache.
         #[arg(long, default_value_t = 8)]
         parallel: usize,
+        /// Start over: replace an existing output instead of resuming it (needed when it was
+        /// made from a different input, --join-source or model).
+        #[arg(long)]
+        overwrite: bool,
     },
 }
 
@@ -88,13 +92,13 @@ pub fn run(cmd: ServeCmd) -> Result<()> {
                 eprintln!("listening on http://{addr}");
             })?;
         }
-        ServeCmd::Batch { common, input, output_dir, join_source, model_name, parallel } => {
+        ServeCmd::Batch { common, input, output_dir, join_source, model_name, parallel, overwrite } => {
             if !input.is_file() {
                 return Err(Error::Input(format!("{}: no such input file", input.display())));
             }
             let mut eng = engine_named(&common, model_name, parallel)?;
             let bar = if std::io::stderr().is_terminal() { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
-            let s = tildeopen::serve::batch::run(&mut eng, &input, output_dir.as_deref(), join_source == "input", |done, total| {
+            let s = tildeopen::serve::batch::run(&mut eng, &input, output_dir.as_deref(), join_source == "input", overwrite, |done, total| {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
             })?;
