@@ -4,10 +4,14 @@
 //! text added after load is translated too, "show original" restores the page exactly, and a
 //! page's own message cannot start a translation; a block longer than one answer is split and
 //! nothing of it is lost. A second page starts with a model URL that cannot load (a signed URL):
-//! the queue stops at the first block and no URL reaches the page; then, with a working URL,
-//! text the page changes in place is translated anew and a new target language translates every
-//! block again. `whole.js` (the splitting) and `share.js` (turns between tabs, the engine cache,
-//! page-safe errors) are also tested on their own with node.
+//! the queue stops at the first block and no URL reaches the page (nor the content scripts'
+//! chrome.storage); then, with a working URL, text the page changes in place is translated anew,
+//! a new target language translates every block again, a clock is left to the page without
+//! holding up the other blocks, a page that writes its text back over the translation keeps it
+//! (no endless mutation loop), and changes to text the script does not keep scan only their own
+//! block. `whole.js` (the splitting), `share.js` (turns between tabs, the engine cache,
+//! page-safe errors), `watch.js` (clocks, reverts, retries) and the popup's status are also
+//! tested on their own with node.
 
 mod common;
 mod browser;
@@ -115,6 +119,9 @@ fn extension_follows_page_edits_languages_and_load_failures() {
         assert!(!msg.contains("SECRET") && !msg.contains("missing-model") && !msg.contains("127.0.0.1"), "a URL reached the page: {msg}");
     }
     assert_eq!(v["pageHasSecret"], false, "the model URL is in the page's DOM");
+    // Nor can a content script read it from chrome.storage.local (closed to content scripts).
+    let cs = &v["contentScriptStorage"];
+    assert!(cs.get("failure").is_some() && !cs.to_string().contains("tiny-tildeopen"), "a content script read the settings: {cs}");
 
     // With a working URL, "translate" resumes and translates every block.
     assert!(v["lvDone"].as_bool().unwrap(), "{}", v["lv"]);
@@ -133,6 +140,22 @@ fn extension_follows_page_edits_languages_and_load_failures() {
     assert!(v["deDone"].as_bool().unwrap() && v["deSent"] == 3, "blocks sent for de: {}", v["deSent"]);
     assert_eq!(v["deAgainSent"], 0);
     assert_eq!(v["finalOriginal"], serde_json::json!({"a": "Shop closes.", "b": "Fresh rolls.", "c": "Cakes daily."}));
+    // A clock rewritten every 100 ms from the moment its block is sent: the two blocks after it are
+    // translated while it ticks; its own translation (stale) is dropped and, after 3 changes, it is
+    // left as the page writes it: nothing more is translated once it stops, and it shows the
+    // page's last tick.
+    assert!(v["clockOthersDone"].as_bool().unwrap(), "the clock held up the other blocks: {}", v["clockSent"]);
+    assert_eq!((v["clockSent"].as_u64(), v["clockSentAfter"].as_u64()), (Some(2), Some(2)), "blocks translated with the clock (2 others)");
+    assert_eq!(v["clockText"], v["clockLastTick"], "the clock was translated");
+    // A page writing its text back from its own MutationObserver: the translation is written a
+    // few more times, then the page keeps its text; timers keep running (no microtask loop).
+    assert!(v["revertDone"].as_bool().unwrap());
+    assert!(v["revertQuiet"].as_bool().unwrap(), "still fighting the page");
+    assert_eq!(v["revertText"], "Keep this text.");
+    assert!(v["revertLag"].as_i64().unwrap() < 1000, "page unresponsive: {}", v["revertLag"]);
+    // A code-block clock starts no scan of the page; a blank text node that gets text is translated.
+    assert_eq!(v["shownText"], "Hidden bread.", "a change in a code block scanned the whole page");
+    assert!(v["blankFilled"].as_bool().unwrap());
 }
 
 /// Runs a node test script under tests/web and checks it printed `ok_line`.
@@ -149,6 +172,18 @@ fn long_blocks_are_translated_whole() {
     // block whose parts never finish makes at most 2 requests per part plus 3; a prompt over the
     // context is split like a cut answer.
     node_test("whole-test.mjs", "whole.js: ok");
+}
+
+#[test]
+fn clocks_reverts_and_retries() {
+    // watch.js: a node the page rewrites is followed 3 times, then left to the page; one that
+    // takes its translation back gets it 3 more times; a changed block waits until its text has
+    // held for 1 s; a block changed while being translated goes behind the others, never in front;
+    // a lost device gets one retry, and another after a later loss once the block was translated.
+    node_test("watch-test.mjs", "watch.js: ok");
+    // popup.js: a status poll still waiting for the load error does not write it over the status
+    // of a newer "translate" click.
+    node_test("popup-test.mjs", "popup.js: ok");
 }
 
 #[test]

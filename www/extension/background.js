@@ -8,8 +8,15 @@ import { LANGUAGES } from "./languages.js";
 import { translateWhole } from "./whole.js";
 import { engineCache, turns, pageError } from "./share.js";
 
-// Defaults baked in by scripts/build-extension fill in what the options page has not set
-// (content scripts read chrome.storage directly).
+// The settings (the model URL, perhaps a signed one, and the glossary) are for the extension's
+// own pages and this worker: content scripts get what they act on by message ("settings"
+// below). chrome.storage.local is open to content scripts by default; this closes it to them
+// (Chrome 140+ for the local area; older versions reject it, leaving it readable from the
+// content-script world, never from the page's own scripts). The browser keeps the level; it is
+// set again at each start.
+chrome.storage.local.setAccessLevel?.({ accessLevel: "TRUSTED_CONTEXTS" })?.catch((e) => console.warn(`TildeOpen: storage access level: ${e}`));
+
+// Defaults baked in by scripts/build-extension fill in what the options page has not set.
 chrome.storage.local.get(Object.keys(DEFAULTS)).then((s) => {
   const missing = Object.fromEntries(Object.entries(DEFAULTS).filter(([k]) => s[k] === undefined));
   if (Object.keys(missing).length) chrome.storage.local.set(missing);

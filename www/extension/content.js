@@ -11,6 +11,10 @@
   const translated = new Map(); // Text node -> its translation
   const queued = new WeakSet();
   const blockOf = new WeakMap(); // Text node -> its block { el, nodes, target (of its translation) }
+  // Text nodes left to the page: it kept changing them (a clock) or taking their translation back
+  // (see watch.js). Never translated or watched again.
+  const left = new WeakSet();
+  const watch = globalThis.tildeopenWatch();
   let showing = "original";
   let port = null, queue = [], running = false;
   // Set by an error every later block would hit too (the model cannot load): the queue waits
@@ -27,15 +31,23 @@
     return s.visibility !== "hidden" && s.display !== "none" && el.getClientRects().length > 0;
   };
 
+  // A text node the script may translate (visibility aside): text, outside skipped content.
+  const acceptable = (t) => t.data.trim() && !left.has(t) && t.parentElement && !t.parentElement.closest(SKIP);
+  // Its block: the nearest non-inline ancestor.
+  const blockElement = (t) => {
+    let block = t.parentElement;
+    while (block.parentElement && isInline(block)) block = block.parentElement;
+    return block;
+  };
+
   /** Blocks (element + its text nodes) not yet queued, first screen first, then reading order. */
   function collect(root) {
     const byBlock = new Map();
     const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
-      acceptNode: (t) => (t.data.trim() && !original.has(t) && t.parentElement && !t.parentElement.closest(SKIP) ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_REJECT),
+      acceptNode: (t) => (acceptable(t) && !original.has(t) ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_REJECT),
     });
     for (let t = walker.nextNode(); t; t = walker.nextNode()) {
-      let block = t.parentElement;
-      while (block.parentElement && isInline(block)) block = block.parentElement;
+      const block = blockElement(t);
       if (!visible(t.parentElement)) continue;
       if (!byBlock.has(block)) byBlock.set(block, []);
       byBlock.get(block).push(t);
@@ -91,7 +103,7 @@
 
   // Undoes a block's partial streamed text: back to what the page showed before it.
   function restore(nodes) {
-    quietly(() => nodes.forEach((n) => (n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n))));
+    quietly(() => nodes.forEach((n) => { if (original.has(n)) n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n); }));
   }
 
   function connect() {
@@ -122,41 +134,35 @@
       quietly(() => { if (showing === "translation" && !current.stale) current.nodes[0].data = current.text; });
     } else if (m.type === "done" || m.type === "error") {
       flush();
-      // The page changed the block's text meanwhile, or another language was asked for: this
-      // translation is of the past; the block goes back to the front of the queue.
-      if (m.type === "done" && (current.stale || (stats.target && m.target !== stats.target))) {
-        restore(current.nodes);
-        queue.unshift(current.block);
-      } else if (m.type === "done") {
-        current.block.target = m.target;
-        // The final text: whole, or with the original and a visible mark where a part could
-        // not be finished.
-        current.text = m.text;
-        const originals = current.nodes.map((n) => original.get(n));
-        if (m.text === current.sent + MARK || !m.text.trim()) {
-          // Nothing of it could be finished: the page's own text, exactly, and the mark.
-          if (m.text.trim()) originals[originals.length - 1] = originals[originals.length - 1].trimEnd() + MARK;
-          write(current.nodes, originals);
-        } else write(current.nodes, distribute(current.nodes, current.text));
-        stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
-      } else {
+      const c = current;
+      // The page changed the block's text meanwhile (stale), or another language was asked for:
+      // this translation is of the past. See watch.js for where the block goes.
+      const where = watch.after(c.block, m, { stale: c.stale, otherTarget: m.type === "done" && !!stats.target && m.target !== stats.target });
+      if (m.type === "error") {
         stats.error = m.message;
         stats.errorCode = m.code ?? null;
         stats.errorFatal = !!m.fatal;
-        restore(current.nodes);
-        if (m.fatal) {
-          // Every block would fail the same way: keep them (this one first) for "translate".
-          stopped = true;
-          queue.unshift(current.block);
-        } else if (current.stale || (m.retry && !current.block.retried)) {
-          // The page changed the text meanwhile, or the engine was dropped (GPU device lost;
-          // one more try loads it again).
-          if (!current.stale) current.block.retried = true;
-          queue.unshift(current.block);
-        }
       }
+      if (where === "done") {
+        c.block.target = m.target;
+        c.block.counted = false;
+        // The final text: whole, or with the original and a visible mark where a part could
+        // not be finished.
+        c.text = m.text;
+        const originals = c.nodes.map((n) => original.get(n));
+        if (m.text === c.sent + MARK || !m.text.trim()) {
+          // Nothing of it could be finished: the page's own text, exactly, and the mark.
+          if (m.text.trim()) originals[originals.length - 1] = originals[originals.length - 1].trimEnd() + MARK;
+          write(c.nodes, originals);
+        } else write(c.nodes, distribute(c.nodes, c.text));
+        stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
+      } else restore(c.nodes);
       current = null;
       running = false;
+      // "stop": every block would fail the same way: keep them (this one first) for "translate".
+      if (where === "stop") stopped = true;
+      if (where === "stop" || where === "front") queue.unshift(c.block);
+      else if (where === "back") later(c.block);
       pump();
     }
   }
@@ -202,20 +208,63 @@
       b.nodes = b.nodes.filter((n) => !queued.has(n));
       if (!b.nodes.length) continue;
       for (const n of b.nodes) { queued.add(n); original.set(n, n.data); blockOf.set(n, b); }
+      b.counted = true;
       queue.push(b);
       stats.blocks++;
     }
     pump();
   }
 
-  /** Drops a block's translation (the page changed its text, or another language is asked
-   *  for): its nodes show their original text again and it is queued to be translated anew. */
-  function requeue(b) {
+  // Queues a block again (at the back), counted once in `blocks` until it is done.
+  function later(b) {
+    if (b.left || !b.el.isConnected || queue.includes(b) || current?.block === b) return;
+    if (!b.counted) { b.counted = true; stats.blocks++; }
+    queue.push(b);
+    pump();
+  }
+
+  // Drops a block's translation: its nodes show their original text again.
+  function untranslate(b) {
     for (const n of b.nodes) translated.delete(n);
     b.target = null;
     quietly(() => b.nodes.forEach((n) => { if (original.has(n)) n.data = original.get(n); }));
     if (current?.block === b) current.stale = true;
-    else if (!queue.includes(b)) { queue.push(b); stats.blocks++; }
+  }
+
+  /** Another language is asked for: the block is queued to be translated anew. */
+  function requeue(b) {
+    untranslate(b);
+    if (!watch.settling(b)) later(b);
+  }
+
+  /** The page changed the block's text: it is translated anew once the text has been the same
+   *  for a while (watch.js), behind the other blocks. */
+  function edited(b) {
+    untranslate(b);
+    queue = queue.filter((x) => x !== b);
+    watch.settle(b, () => { if (b.target === null) later(b); });
+  }
+
+  /** Leaves a block to the page (it keeps changing or reverting it): the page's own text, not
+   *  translated or watched again. */
+  function leave(b) {
+    untranslate(b);
+    watch.cancel(b);
+    queue = queue.filter((x) => x !== b);
+    b.left = true;
+    if (b.counted) { b.counted = false; stats.blocks--; }
+    for (const n of b.nodes) { original.delete(n); left.add(n); }
+  }
+
+  // The page wrote a node's original text back over its translation (a re-render): show the
+  // translation again, a few times at most, and never from inside the observer's callback, so
+  // that a page restoring its text from its own MutationObserver does not ping-pong with this
+  // one in microtasks that never end.
+  function reverted(n) {
+    if (!watch.reverted(n)) { const b = blockOf.get(n); if (b) leave(b); return; }
+    setTimeout(() => {
+      if (showing === "translation" && original.has(n) && n.data === original.get(n) && translated.has(n)) quietly(() => (n.data = translated.get(n)));
+    }, 0);
   }
 
   function translatePage(target) {
@@ -246,28 +295,42 @@
 
   // Text the page adds later (infinite scroll, SPA navigation) is translated too, and text it
   // changes in place (frameworks set a text node's value) replaces the original: its block's
-  // translation is dropped and the block translated again. The extension's own writes never
-  // reach here (see quietly).
-  let pending = null;
+  // translation is dropped and the block translated again (see edited, leave). The extension's
+  // own writes never reach here (see quietly).
+  let pending = null, pendingText = null;
+  const touched = new Set(); // untracked text nodes the page changed: only their blocks are scanned
   function onMutations(records) {
     let rescan = false;
     for (const r of records) {
       if (r.type === "childList") { if (r.addedNodes.length) rescan = true; continue; }
       const n = r.target;
-      if (!original.has(n)) { rescan = true; continue; } // not ours yet: a scan may take it
+      if (!original.has(n)) { if (!left.has(n)) touched.add(n); continue; } // not ours yet
       if (n.data === original.get(n)) {
         // Re-rendered with the same text (over the translation): show the translation again.
-        if (showing === "translation" && translated.has(n)) quietly(() => (n.data = translated.get(n)));
+        if (showing === "translation" && translated.has(n)) reverted(n);
         continue;
       }
       if (translated.has(n) && n.data === translated.get(n)) continue;
       original.set(n, n.data);
       const b = blockOf.get(n);
-      if (b) { requeue(b); rescan = true; }
+      if (b) { if (watch.changed(n)) edited(b); else leave(b); }
     }
-    if (!rescan || showing !== "translation") return;
+    if (showing !== "translation") { touched.clear(); return; }
+    if (touched.size && !pendingText) pendingText = setTimeout(scanTouched, 300);
+    if (!rescan) return;
     clearTimeout(pending);
     pending = setTimeout(() => enqueue(document.body), 300);
+  }
+  // A text node the page changed that the script does not keep (it was empty, or is in code,
+  // hidden or skipped content): its own block is scanned if the node can be translated now,
+  // never the whole page (a clock in a code block or a <style> rewritten by CSS-in-JS would
+  // otherwise cost a full scan a tick).
+  function scanTouched() {
+    pendingText = null;
+    const blocks = new Set();
+    for (const n of touched) if (n.isConnected && !original.has(n) && acceptable(n) && visible(n.parentElement)) blocks.add(blockElement(n));
+    touched.clear();
+    for (const el of blocks) enqueue(el);
   }
   const observer = new MutationObserver(onMutations);
   observer.observe(document.documentElement, { childList: true, subtree: true, characterData: true });
@@ -301,8 +364,8 @@
     p.postMessage({ type: "block", id: 0, text });
   }
 
-  // Settings come from the service worker (it merges the baked-in defaults; reading storage
-  // here could race its first start).
+  // Settings come from the service worker (it merges the baked-in defaults, and chrome.storage
+  // is closed to content scripts: see background.js).
   chrome.runtime.sendMessage({ type: "settings" }).then((s) => {
     if (s?.autoTranslate) translatePage(s.target);
   }).catch(() => {});

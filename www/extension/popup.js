@@ -7,8 +7,20 @@ for (const [code, name] of Object.entries(LANGUAGES)) $("target").add(new Option
 const [tab] = await chrome.tabs.query({ active: true, currentWindow: true });
 const send = (m) => chrome.tabs.sendMessage(tab.id, m).catch(() => null);
 
-async function show(st) {
-  if (!st) { $("status").textContent = "This page cannot be translated."; return; }
+// Each status is numbered when asked for; one that comes back after a newer one was shown (a
+// 1 s poll still waiting for the load error while a "translate" click's answer arrived) is
+// dropped, so the popup never goes back to an older state.
+let asked = 0, shown = 0;
+async function update(msg) {
+  const n = ++asked;
+  const text = await describe(await send(msg));
+  if (n < shown) return;
+  shown = n;
+  $("status").textContent = text;
+}
+
+async function describe(st) {
+  if (!st) return "This page cannot be translated.";
   const rate = st.seconds ? `${(st.tokens / st.seconds).toFixed(1)} tokens/s` : "";
   const load = st.loading && st.loading.total && st.loading.loaded < st.loading.total ? `loading model ${Math.round((100 * st.loading.loaded) / st.loading.total)}%\n` : "";
   let error = st.error;
@@ -17,10 +29,10 @@ async function show(st) {
     const last = await chrome.runtime.sendMessage({ type: "last-error" }).catch(() => null);
     if (last?.detail && last.code === st.errorCode) error += `\n${last.detail}`;
   }
-  $("status").textContent = error ? error : `${load}${st.done} of ${st.blocks} blocks translated ${rate}`;
+  return error ? error : `${load}${st.done} of ${st.blocks} blocks translated ${rate}`;
 }
 $("target").onchange = () => setSettings({ target: $("target").value });
-$("translate").onclick = async () => show(await send({ type: "translate", target: $("target").value }));
-$("original").onclick = async () => show(await send({ type: "show-original" }));
-setInterval(async () => show(await send({ type: "status" })), 1000);
-show(await send({ type: "status" }));
+$("translate").onclick = () => update({ type: "translate", target: $("target").value });
+$("original").onclick = () => update({ type: "show-original" });
+setInterval(() => update({ type: "status" }), 1000);
+update({ type: "status" });
