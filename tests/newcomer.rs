@@ -69,6 +69,11 @@ fn fetch_runs_no_code_from_the_working_directory() {
     assert!(cwd.join(&path).is_file() && path.starts_with("cache/"), "{path}");
     let left: Vec<_> = std::fs::read_dir(cwd.join("cache")).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 1, "only the model is left in the cache: {left:?}");
+    // Without Python: one line that names what is missing, and no temporary folder left behind.
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).arg("fetch").current_dir(&cwd).env("TILDEOPEN_CACHE", "empty").env("PATH", "/nonexistent").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("python3 was not found"), "{err}");
+    assert_eq!(std::fs::read_dir(cwd.join("empty")).unwrap().count(), 0, "nothing left in the cache");
     std::fs::remove_dir_all(&cwd).ok();
 }
 

