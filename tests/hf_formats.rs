@@ -83,3 +83,37 @@ fn load_time_quantization_matches_llama_cpp() {
         }
     }
 }
+
+/// YaRN's factor is the one the config or GGUF names, as transformers and llama.cpp take it.
+/// TildeOpen-30b-64k has factor 10 over 8192 original tokens and a 65,536-token maximum: the
+/// ratio of the two lengths (8) is used only where no factor is given. (The 64k fixture's
+/// maximum is exactly 10 x its original length, so its golden cannot tell the two apart.)
+#[test]
+fn yarn_factor_is_the_files_own() {
+    use tildeopen::model::config::RopeScaling;
+    use tildeopen::model::gguf::{Gguf, Value};
+    let factor = |c: &tildeopen::ModelConfig| match c.rope_scaling {
+        RopeScaling::Yarn { factor, original_max_position_embeddings, .. } => (factor, original_max_position_embeddings),
+        ref other => panic!("not YaRN: {other:?}"),
+    };
+    let dir = fixtures().join("models/tiny-tildeopen-64k");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(factor(&tildeopen::ModelConfig::from_hf_json(&v.to_string()).unwrap()), (10.0, 64));
+    v["max_position_embeddings"] = serde_json::json!(512);
+    assert_eq!(factor(&tildeopen::ModelConfig::from_hf_json(&v.to_string()).unwrap()), (10.0, 64), "transformers 5 layout");
+    let mut old = v.clone();
+    let params = old.as_object_mut().unwrap().remove("rope_parameters").unwrap();
+    old["rope_theta"] = params["rope_theta"].clone();
+    old["rope_scaling"] = params;
+    assert_eq!(factor(&tildeopen::ModelConfig::from_hf_json(&old.to_string()).unwrap()), (10.0, 64), "rope_scaling layout");
+    v["rope_parameters"].as_object_mut().unwrap().remove("factor");
+    assert_eq!(factor(&tildeopen::ModelConfig::from_hf_json(&v.to_string()).unwrap()), (8.0, 64), "no factor: the ratio");
+
+    let src = std::fs::read(dir.join("model-Q4_K_M.gguf")).unwrap();
+    let mut g = Gguf::parse(&src, src.len() as u64, "x").unwrap();
+    assert_eq!(factor(&g.config().unwrap()), (10.0, 64));
+    g.metadata.insert("llama.context_length".into(), Value::U64(512));
+    assert_eq!(factor(&g.config().unwrap()), (10.0, 64), "GGUF");
+    g.metadata.remove("llama.rope.scaling.factor");
+    assert_eq!(factor(&g.config().unwrap()), (8.0, 64), "GGUF without a factor: the ratio");
+}

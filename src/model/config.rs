@@ -199,18 +199,19 @@ impl ModelConfig {
                         })?,
                     },
                     "yarn" => {
-                        let mut factor = opt_f32(s, "factor").ok_or_else(|| {
-                            Error::Unsupported("yarn rope scaling without factor".into())
-                        })?;
                         let original = s
                             .get("original_max_position_embeddings")
                             .and_then(Value::as_u64)
                             .map(|x| x as usize);
-                        // transformers: with an explicit original length, the factor is the ratio of
-                        // the two context lengths.
-                        if let Some(o) = original {
-                            factor = max_position_embeddings as f32 / o as f32;
-                        }
+                        // The config's own factor, as transformers (4.57 and 5) and llama.cpp take it:
+                        // TildeOpen-30b-64k has factor 10 over 8192 tokens but a 65,536-token
+                        // maximum, so the ratio of the two lengths (8) would be wrong. Only a
+                        // missing factor is that ratio (transformers 5).
+                        let factor = match (opt_f32(s, "factor"), original) {
+                            (Some(f), _) => f,
+                            (None, Some(o)) if o > 0 => max_position_embeddings as f32 / o as f32,
+                            (None, _) => return Err(Error::Unsupported("yarn rope scaling without factor".into())),
+                        };
                         RopeScaling::Yarn {
                             factor,
                             original_max_position_embeddings: original.unwrap_or(max_position_embeddings),

@@ -329,7 +329,12 @@ impl Gguf {
             Some("yarn") => {
                 let orig = opt_u("rope.scaling.original_context_length")?.unwrap_or(ctx);
                 RopeScaling::Yarn {
-                    factor: ctx as f32 / orig as f32,
+                    // The file's factor (llama.cpp's freq_scale = 1 / factor); the ratio of the two
+                    // context lengths only where it is missing (TildeOpen-30b-64k: 10, not 65536 / 8192).
+                    factor: match f("rope.scaling.factor")? {
+                        Some(x) => x as f32,
+                        None => ctx as f32 / orig as f32,
+                    },
                     original_max_position_embeddings: orig,
                     beta_fast: f("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0) as f32,
                     beta_slow: f("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0) as f32,
