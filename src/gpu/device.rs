@@ -243,7 +243,10 @@ impl Gpu {
             device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
                 log::error!("GPU error: {e}");
                 if let Ok(mut g) = l.lock() {
-                    g.get_or_insert_with(|| format!("GPU error: {e}"));
+                    g.get_or_insert_with(|| match e {
+                        wgpu::Error::OutOfMemory { .. } => OUT_OF_MEMORY.to_string(),
+                        _ => format!("GPU error: {e}"),
+                    });
                 }
             }));
         }
@@ -261,7 +264,7 @@ impl Gpu {
     /// An error when the device has been lost (the model must be loaded again).
     pub fn check_lost(&self) -> Result<()> {
         match self.lost.lock().ok().and_then(|g| g.clone()) {
-            Some(why) => Err(Error::Gpu(format!("device lost ({why}): load the model again"))),
+            Some(why) => Err(lost_error(&why)),
             None => Ok(()),
         }
     }
@@ -388,5 +391,32 @@ impl Gpu {
         // compile, say) makes them garbage: report it instead.
         self.check_lost()?;
         Ok(data)
+    }
+}
+
+/// What the uncaptured-error handler records for a `wgpu::Error::OutOfMemory`.
+const OUT_OF_MEMORY: &str = "out of GPU memory";
+
+/// The error every GPU call returns once the device is lost or a GPU error was recorded
+/// (`why`, as the handlers wrote it). Running out of memory says what to change: loading the
+/// model again would run out again.
+pub fn lost_error(why: &str) -> Error {
+    if why == OUT_OF_MEMORY {
+        Error::Gpu(
+            "out of GPU memory: the model's weights and KV cache do not fit on this device; use a smaller context (--ctx-size, ctxSize), fewer parallel sequences (--parallel) or a smaller model".into(),
+        )
+    } else {
+        Error::Gpu(format!("device lost ({why}): load the model again"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn out_of_memory_says_what_to_change() {
+        let e = super::lost_error(super::OUT_OF_MEMORY).to_string();
+        assert!(e.contains("out of GPU memory") && e.contains("--ctx-size") && !e.contains("load the model again"), "{e}");
+        let e = super::lost_error("GPU error: Validation Error").to_string();
+        assert!(e.contains("device lost (GPU error: Validation Error)") && e.contains("load the model again"), "{e}");
     }
 }

@@ -753,6 +753,8 @@ impl Session {
     pub fn new(model: &Model, opts: SessionOptions) -> Result<Self> {
         let sizes = Sizes::check(model, &opts)?;
         let bufs = Buffers::alloc(model, &sizes)?;
+        // Out of GPU memory for the KV cache shows here, not at the first readback.
+        model.gpu.check_lost()?;
         let gpu = &model.gpu;
         let b = Builder::new(gpu);
         let params = Params::new(&b, &model.cfg, sizes.split);

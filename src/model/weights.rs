@@ -133,7 +133,7 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
     async fn mat(&mut self, src: &mut impl TensorSource, name: &str, rows: usize, cols: usize) -> Result<GpuMatrix> {
         let t = src.tensor(name, rows, cols).await?;
         let m = GpuMatrix::upload(self.gpu, name, &t)?;
-        self.count(t.data.len() as u64, 1);
+        self.count(t.data.len() as u64, 1)?;
         Ok(m)
     }
 
@@ -167,7 +167,7 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
             parts.push(QkvPart { m, first: i, count: j - i });
             i = j;
         }
-        self.count(ts.iter().map(|t| t.data.len() as u64).sum(), 3);
+        self.count(ts.iter().map(|t| t.data.len() as u64).sum(), 3)?;
         Ok(parts)
     }
 
@@ -193,11 +193,13 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
         } else {
             FfnIn::Split { gate: GpuMatrix::upload(self.gpu, gate, &g)?, up: GpuMatrix::upload(self.gpu, upn, &u)? }
         };
-        self.count(n, 2);
+        self.count(n, 2)?;
         Ok(fin)
     }
 
-    fn count(&mut self, bytes: u64, mats: usize) {
+    /// Counts an upload, and stops the load at the first GPU error (out of memory, typically)
+    /// rather than after the rest of the weights went nowhere.
+    fn count(&mut self, bytes: u64, mats: usize) -> Result<()> {
         self.bytes += bytes;
         self.since_flush += bytes;
         if self.since_flush > 256 << 20 {
@@ -208,6 +210,7 @@ impl<P: FnMut(usize, usize)> Uploader<'_, P> {
         }
         self.done += mats;
         (self.progress)(self.done, self.total);
+        self.gpu.check_lost()
     }
 
     async fn vec(&mut self, src: &mut impl TensorSource, name: &str, n: usize) -> Result<wgpu::Buffer> {
@@ -247,6 +250,7 @@ impl Model {
         let bytes = up.bytes;
         gpu.queue.submit([]);
         gpu.flush();
+        gpu.check_lost()?;
         let (inv_freq, attention_factor) = cfg.rope_inv_freq();
         Ok(Model { gpu, cfg, embed, layers, out_norm, lm_head, inv_freq, attention_factor, weight_bytes: bytes })
     }
