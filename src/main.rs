@@ -12,7 +12,18 @@ fn main() {
     use clap::Parser;
     cli::quiet_mesa();
     env_logger::init();
-    let r = match cli::Cli::parse().cmd {
+    let cmd = cli::Cli::parse().cmd;
+    // `tildeopen logits ... | head`: a closed pipe ends the process quietly, as for other
+    // command-line tools, instead of a panic in println! or a generation nobody reads. The
+    // server and Batch Transform keep Rust's default (a write error, handled there).
+    #[cfg(unix)]
+    if !matches!(cmd, cli::Cmd::Serve(_)) {
+        // SAFETY: sets a signal disposition before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let r = match cmd {
         cli::Cmd::Chat(c) => cli::chat::run(c),
         cli::Cmd::Serve(c) => cli::serve::run(c),
         cli::Cmd::Tools(c) => cli::tools::run(c),

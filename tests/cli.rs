@@ -192,3 +192,94 @@ fn adapter_by_name() {
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no-such-gpu"));
 }
+
+/// Out-of-range counts and sizes are errors that name their flag, before any work: they used to
+/// panic (`capacity overflow`), wrap to a small KV cache and fail on the GPU, measure a prompt
+/// cut to 32 bits, clamp without a word, or fail only after generating.
+#[test]
+fn odd_arguments_are_clear_errors() {
+    let m = tiny();
+    let input = std::env::temp_dir().join(format!("tildeopen-odd-{}.jsonl", std::process::id()));
+    std::fs::write(&input, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n").unwrap();
+    let input = input.to_str().unwrap().to_string();
+    for (args, want) in [
+        (vec!["complete", "--tokens", "1,2,3", "--max-tokens", "18446744073709551615"], "--max-tokens 18446744073709551615: must be 1 to"),
+        (vec!["complete", "--tokens", "1,2,3", "--max-tokens", "0"], "--max-tokens 0"),
+        (vec!["complete", "--tokens", "1,2,3", "--max-tokens", "100", "--ctx-size", "20"], "need a context of 103 tokens; --ctx-size is 20"),
+        (vec!["logits", "--tokens", "1,2,3", "--ctx-size", "144115188075855872"], "over the device's binding limit"),
+        (vec!["bench", "--prompt-tokens", "4294967300", "--gen-tokens", "2"], "--prompt-tokens 4294967300: must be 1 to"),
+        (vec!["bench", "--prompt-tokens", "0"], "--prompt-tokens 0"),
+        (vec!["bench", "--prompt-tokens", "8", "--gen-tokens", "2", "--repeat", "0"], "--repeat 0"),
+        (vec!["perplexity", "--file", "-", "--ctx", "3"], "--ctx 3: must be 4 to"),
+        (vec!["perplexity", "--file", "-", "--chunks", "0"], "--chunks 0"),
+        (vec!["chat", "--ctx-size", "0", "hi"], "--ctx-size 0: a chat context is 2 to 65536 tokens"),
+        (vec!["chat", "--ctx-size", "1000000", "hi"], "--ctx-size 1000000"),
+        (vec!["batch", &input, "--parallel", "1152921504606846976"], "over the device's binding limit"),
+        (vec!["logits", "--tokens", "1", "--max-binding-size", "100"], "(100 asked for) is too small"),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--model", &m]);
+        let (code, _, err) = cli(&a, "some text");
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    std::fs::remove_file(&input).ok();
+    // Negative penalties (the API's -2..2) parse as values, not as flags.
+    let (code, _, err) = cli(&["chat", "--model", &m, "--max-tokens", "2", "--presence-penalty", "-0.5", "--frequency-penalty", "-1", "hi"], "");
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Interactive `--stream --json` keeps the model's answers in the conversation, as `--json`
+/// does (they were dropped: the second turn saw empty assistant messages).
+#[test]
+fn streamed_json_turns_keep_the_history() {
+    let m = tiny();
+    let turns = |extra: &[&str]| -> Vec<String> {
+        let mut a = vec!["chat", "--model", &m, "--max-tokens", "6", "--json"];
+        a.extend(extra);
+        let (code, out, err) = cli(&a, "hello\nand then\n");
+        assert_eq!(code, 0, "{err}");
+        let mut answers = vec![String::new()];
+        for l in out.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["object"] == "chat.completion" {
+                answers.push(v["choices"][0]["message"]["content"].as_str().unwrap().to_string());
+            } else if let Some(c) = v["choices"][0].get("delta") {
+                *answers.last_mut().unwrap() += c["content"].as_str().unwrap_or("");
+                if !v["choices"][0]["finish_reason"].is_null() {
+                    answers.push(String::new());
+                }
+            }
+        }
+        answers.into_iter().filter(|a| !a.is_empty()).collect()
+    };
+    let plain = turns(&[]);
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    assert_eq!(turns(&["--stream"]), plain);
+}
+
+/// A reader that goes away ends the command quietly: no panic from println!, and a streamed
+/// chat stops instead of generating to the end of its context.
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_command() {
+    let m = tiny();
+    for args in [vec!["logits", "--tokens", "1,2,3,4,5,6,7,8"], vec!["chat", "--stream", "--max-tokens", "100000", "--ctx-size", "65536", "hi"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+            .args(&args)
+            .args(["--model", &m])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 1];
+        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+        drop(child.stdout.take());
+        let t0 = std::time::Instant::now();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{args:?} ran on after its reader left");
+    }
+}

@@ -295,6 +295,10 @@ impl ChatEngine {
     /// A chat engine on `model` (a cheap handle is kept) with its tokenizer.
     pub fn new(model: &Model, tokenizer: Tokenizer, opts: ChatOptions) -> Result<Self> {
         let parallel = opts.parallel.max(1);
+        // An asked-for size outside the range is an error (it was clamped without a word).
+        if let Some(n) = opts.ctx_size.filter(|n| !(2..=MAX_CONTEXT).contains(n)) {
+            return Err(crate::error::Error::Input(format!("context size {n}: a chat context is 2 to {MAX_CONTEXT} tokens")));
+        }
         let ctx = opts
             .ctx_size
             .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, opts.kv_f16, parallel, MAX_CONTEXT))

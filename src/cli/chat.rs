@@ -26,9 +26,9 @@ pub struct Gen {
     /// transformers' repetition penalty (TildeOpen recommends 1.2).
     #[arg(long)]
     pub repetition_penalty: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub presence_penalty: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub frequency_penalty: Option<f32>,
     #[arg(long)]
     pub seed: Option<u64>,
@@ -205,13 +205,15 @@ fn answer(eng: &mut ChatEngine, req: &ChatRequest, json: bool, stream: bool) -> 
         let mut text = String::new();
         while let Some(chunk) = s.next().await {
             let chunk = chunk.map_err(|e| api_err(e, json))?;
-            if json {
-                writeln!(out, "{}", serde_json::to_string(&chunk).unwrap()).ok();
-            } else if let Some(c) = &chunk.choices[0].delta.content {
-                write!(out, "{c}").ok();
-                text += c;
+            let delta = chunk.choices[0].delta.content.as_deref().unwrap_or("");
+            let written = if json { writeln!(out, "{}", serde_json::to_string(&chunk).unwrap()) } else { write!(out, "{delta}") };
+            // The answer joins the conversation whichever way it is printed (with --json the
+            // history kept empty assistant turns).
+            text += delta;
+            // A reader that went away ends the generation (it ran on to the end of the context).
+            if written.and_then(|_| out.flush()).is_err() {
+                return Err(Error::Input("standard output was closed".into()));
             }
-            out.flush().ok();
         }
         if !json {
             writeln!(out).ok();

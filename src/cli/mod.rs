@@ -15,6 +15,7 @@ use tildeopen::model::fetch;
 use tildeopen::model::loader::WeightFormat;
 use tildeopen::model::LoadOptions;
 use tildeopen::text::tokenizer::Tokenizer;
+use tildeopen::chat::engine::MAX_CONTEXT;
 use tildeopen::{ChatEngine, ChatOptions, Error, Model, Result, SessionOptions};
 
 #[derive(Parser)]
@@ -157,6 +158,9 @@ pub fn engine(c: &Common) -> Result<ChatEngine> {
 pub fn engine_named(c: &Common, name: Option<String>, parallel: usize) -> Result<ChatEngine> {
     if parallel == 0 {
         return Err(Error::Input("--parallel must be at least 1".into()));
+    }
+    if let Some(n) = c.ctx_size.filter(|n| !(2..=MAX_CONTEXT).contains(n)) {
+        return Err(Error::Input(format!("--ctx-size {n}: a chat context is 2 to {MAX_CONTEXT} tokens")));
     }
     let l = load(c, 0)?;
     let tok = Tokenizer::load(&l.path)?;

@@ -149,7 +149,13 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             if ids.is_empty() {
                 return Err(Error::Input("the prompt is empty".into()));
             }
-            let l = load(&Common { model: Some(path), ..common }, ids.len() + max_tokens)?;
+            in_range("--max-tokens", max_tokens, 1, MAX_TOKENS)?;
+            // Checked before generating (it failed after the last token, printing nothing).
+            let need = ids.len() + max_tokens;
+            if let Some(c) = common.ctx_size.filter(|&c| c < need) {
+                return Err(Error::Input(format!("{} prompt tokens and --max-tokens {max_tokens} need a context of {need} tokens; --ctx-size is {c}", ids.len())));
+            }
+            let l = load(&Common { model: Some(path), ..common }, need)?;
             let mut s = Session::new(&l.model, l.sess)?;
             let stop = match (&tok, stop_at_eos) {
                 (_, false) => vec![],
@@ -198,12 +204,20 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             }
         }
         ToolCmd::Perplexity { common, file, ctx, chunks } => {
+            // Each chunk scores its second half from the first: at least 4 tokens.
+            in_range("--ctx", ctx, 4, MAX_TOKENS)?;
+            if let Some(n) = chunks {
+                in_range("--chunks", n, 1, usize::MAX)?;
+            }
+            if common.ctx_size.is_some() {
+                return Err(Error::Input("perplexity takes its context from --ctx, not --ctx-size".into()));
+            }
             let text = read_text(&file)?;
             let path = model_path(&common)?;
             let tok = Tokenizer::load(&path)?;
             let mut ids = tok.encode(&text)?;
             if let Some(n) = chunks {
-                ids.truncate(n * ctx);
+                ids.truncate(n.saturating_mul(ctx));
             }
             let l = load(&Common { model: Some(path), ctx_size: Some(ctx), ..common }, ctx)?;
             let mut s = Session::new(&l.model, SessionOptions { max_batch: ctx.min(512), ..l.sess })?;
@@ -217,6 +231,12 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             println!("PPL = {:.4}", r.ppl);
         }
         ToolCmd::Bench { common, prompt_tokens, gen_tokens, repeat, json, profile, bandwidth } => {
+            in_range("--prompt-tokens", prompt_tokens, 1, MAX_TOKENS)?;
+            in_range("--gen-tokens", gen_tokens, 1, MAX_TOKENS)?;
+            in_range("--repeat", repeat, 1, 1000)?;
+            if let Some(c) = common.ctx_size.filter(|&c| c < prompt_tokens + gen_tokens) {
+                return Err(Error::Input(format!("--prompt-tokens {prompt_tokens} and --gen-tokens {gen_tokens} need a context of {} tokens; --ctx-size is {c}", prompt_tokens + gen_tokens)));
+            }
             let l = load(&common, prompt_tokens + gen_tokens)?;
             let mut s = Session::new(&l.model, l.sess)?;
             if profile {
@@ -289,6 +309,20 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// The most tokens a command-line count may ask for (a prompt, a generation, a perplexity
+/// chunk): 2^20, beyond any context a model here has.
+const MAX_TOKENS: usize = 1 << 20;
+
+/// `flag`'s value `v` must be in `lo..=hi`: an error naming the flag otherwise (a huge count
+/// wrapped, overflowed an allocation or was cut to 32 bits).
+fn in_range(flag: &str, v: usize, lo: usize, hi: usize) -> Result<()> {
+    if v < lo || v > hi {
+        let range = if hi == usize::MAX { format!("at least {lo}") } else { format!("{lo} to {hi}") };
+        return Err(Error::Input(format!("{flag} {v}: must be {range}")));
     }
     Ok(())
 }

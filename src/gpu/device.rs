@@ -224,7 +224,8 @@ impl Gpu {
             .map_err(|e| Error::Gpu(format!("cannot open device on {}: {e}", info.name)))?;
         let max_binding = binding_size(limits.max_storage_buffer_binding_size, limits.max_buffer_size, opts.max_binding_size);
         if max_binding < 256 {
-            return Err(Error::Gpu(format!("max binding size {max_binding} is too small (need >= 256)")));
+            let asked = opts.max_binding_size.map(|v| format!(" ({v} asked for)")).unwrap_or_default();
+            return Err(Error::Gpu(format!("max binding size {max_binding}{asked} is too small: it must be at least 256 bytes")));
         }
         #[allow(clippy::arc_with_non_send_sync)] // wgpu's web types are !Send; wasm is single-threaded
         let kernels = std::sync::Arc::new(super::kernels::Kernels::new(&device, info.backend));

@@ -451,7 +451,7 @@ impl Sizes {
         }
         let widest = c.hidden_size.max(c.q_dim()).max(c.intermediate_size) as u64 * 4;
         // At most 65535: several kernels put the pass's tokens in one dispatch dimension.
-        let max_t = (maxb / widest).min(opts.max_batch as u64).min((opts.ctx_size * opts.sequences) as u64).min(65535) as usize;
+        let max_t = (maxb / widest).min(opts.max_batch as u64).min(opts.ctx_size.saturating_mul(opts.sequences) as u64).min(65535) as usize;
         let max_out = (maxb / (c.vocab_size as u64 * 4)).min(max_t as u64) as usize;
         if max_t == 0 || max_out == 0 {
             return Err(Error::Gpu(format!(
@@ -459,8 +459,9 @@ impl Sizes {
                 gpu.max_binding
             )));
         }
-        let rows = opts.ctx_size * opts.sequences;
-        let kv_bytes = (rows * kv_row_bytes(c, opts.kv_f16)) as u64;
+        // Checked: a huge --ctx-size or --parallel wrapped to a small size that passed.
+        let rows = opts.ctx_size.checked_mul(opts.sequences);
+        let kv_bytes = rows.and_then(|r| r.checked_mul(kv_row_bytes(c, opts.kv_f16))).map_or(u64::MAX, |b| b as u64);
         if kv_bytes > maxb {
             let fits = kv_tokens_fit(c, gpu.max_binding, opts.kv_f16);
             let what = if opts.sequences == 1 {
@@ -1113,7 +1114,8 @@ impl Session {
     /// `stop` ids (which are included).
     pub async fn generate_greedy(&mut self, prompt: &[u32], n: usize, stop: &[u32]) -> Result<Vec<u32>> {
         self.feed(prompt).await?;
-        let mut out = Vec::with_capacity(n);
+        // (n is a caller's number: capped, so a huge one cannot overflow the allocation.)
+        let mut out = Vec::with_capacity(n.min(1 << 16));
         while out.len() < n {
             let next = self.last_argmax().await?;
             out.push(next);
@@ -1137,7 +1139,8 @@ impl Session {
     ) -> Result<Vec<u32>> {
         self.feed(prompt).await?;
         let mut rng = seed ^ crate::util::GOLDEN;
-        let mut out = Vec::with_capacity(n);
+        // (n is a caller's number: capped, so a huge one cannot overflow the allocation.)
+        let mut out = Vec::with_capacity(n.min(1 << 16));
         while out.len() < n {
             let logits = self.last_logits().await?;
             let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
