@@ -276,9 +276,11 @@ impl WasmEngine {
             None => default_ctx_size(&cfg, gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP),
             Some(v) => {
                 let ctx_size = (v as usize).min(cfg.max_position_embeddings.max(2));
-                if ctx_size > kv_tokens_fit(&cfg, gpu.max_binding, kv_f16) {
+                let fits = kv_tokens_fit(&cfg, gpu.max_binding, kv_f16);
+                if ctx_size > fits {
+                    // (The limit less 4 bytes of padding: saying "needs N, binds at most N" read wrong.)
                     return Err(engine_error(Error::Gpu(format!(
-                        "a {ctx_size}-token KV cache needs {}-byte buffers; this device binds at most {} bytes: ask for a smaller ctxSize",
+                        "a {ctx_size}-token KV cache needs {}-byte buffers per layer; this device's {}-byte bindings hold at most {fits} tokens: ask for a smaller ctxSize",
                         ctx_size * kv_row_bytes(&cfg, kv_f16),
                         gpu.max_binding
                     ))));
