@@ -8,12 +8,12 @@
 //! are `Error`s whose message is the JSON error body.
 
 use crate::chat::api::{ApiError, ChatRequest};
-use crate::chat::{ChatEngine, ChatOptions, ChatStream};
+use crate::chat::{ChatEngine, ChatOptions, ChatStream, MAX_CONTEXT};
 use crate::error::{Error, Result};
 use crate::model::gguf::Gguf;
 use crate::gpu::{Gpu, GpuOptions};
 use crate::gpu::session::{default_ctx_size, kv_row_bytes, kv_tokens_fit, DEFAULT_CTX_CAP};
-use crate::model::{Model, TensorSource};
+use crate::model::{config::ModelConfig, Model, TensorSource};
 use crate::model::tensor::{HostTensor, WeightFormat};
 use std::collections::HashMap;
 use crate::text::tokenizer::Tokenizer;
@@ -221,6 +221,33 @@ impl WasmEngine {
     pub async fn load(url: String, io: JsValue, options: JsValue, on_progress: Option<js_sys::Function>) -> std::result::Result<WasmEngine, JsValue> {
         console_error_panic_hook();
         let opt = |k: &str| js_sys::Reflect::get(&options, &k.into()).ok().filter(|v| !v.is_undefined() && !v.is_null());
+        // Every option is checked before anything is downloaded: a wrong type was ignored (the
+        // default used), and a bad ctxSize failed only after every weight had arrived.
+        let bad = |k: &str, want: &str| {
+            js_error(&ApiError { status: 400, message: format!("options.{k} must be {want}"), kind: "invalid_request_error".into(), param: Some(k.into()), code: None })
+        };
+        let opt_bool = |k: &str| match opt(k) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| bad(k, "true or false")),
+        };
+        let opt_string = |k: &str| match opt(k) {
+            None => Ok(None),
+            Some(v) => v.as_string().filter(|s| !s.is_empty() && s.len() <= 256).map(Some).ok_or_else(|| bad(k, "a string of 1 to 256 bytes")),
+        };
+        let asked_ctx = match opt("ctxSize") {
+            None => None,
+            Some(v) => match v.as_f64() {
+                Some(x) if x.fract() == 0.0 && (2.0..=MAX_CONTEXT as f64).contains(&x) => Some(x as usize),
+                _ => return Err(bad("ctxSize", &format!("a whole number from 2 to {MAX_CONTEXT}"))),
+            },
+        };
+        let kv_f16 = opt_bool("kvF16")?.unwrap_or(true);
+        let gpu_opts = GpuOptions { int_dot: opt_bool("intDot")?, norm_fold: opt_bool("normFold")?, ..Default::default() };
+        let format = match opt_string("quant")? {
+            Some(q) => WeightFormat::parse(&q).map_err(|_| bad("quant", "q8_0, q4_0, f16 or bf16"))?,
+            None => WeightFormat::Q8_0,
+        };
+        let model_name = opt_string("modelName")?;
         let io = Io::new(&io).map_err(engine_error)?;
         let is_gguf = url.split(['?', '#']).next().unwrap_or("").ends_with(".gguf");
         let base = if is_gguf { String::new() } else { format!("{}/", url.trim_end_matches('/')) };
@@ -267,49 +294,76 @@ impl WasmEngine {
             total.set(shards.iter().flat_map(|s| s.tensors.values().map(|t| t.end - t.start)).sum());
             (cfg, tokenizer, None, shards)
         };
-        let flag = |k: &str| opt(k).and_then(|v| v.as_bool());
-        let gpu_opts = GpuOptions { int_dot: flag("intDot"), norm_fold: flag("normFold"), ..Default::default() };
         let gpu = Gpu::new(&gpu_opts).await.map_err(engine_error)?;
-        let kv_f16 = opt("kvF16").and_then(|v| v.as_bool()).unwrap_or(true);
-        // Checked before any weight is downloaded.
-        let ctx_size = match opt("ctxSize").and_then(|v| v.as_f64()) {
-            None => default_ctx_size(&cfg, gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP),
-            Some(v) => {
-                let ctx_size = (v as usize).min(cfg.max_position_embeddings.max(2));
-                let fits = kv_tokens_fit(&cfg, gpu.max_binding, kv_f16);
-                if ctx_size > fits {
-                    // (The limit less 4 bytes of padding: saying "needs N, binds at most N" read wrong.)
-                    return Err(engine_error(Error::Gpu(format!(
-                        "a {ctx_size}-token KV cache needs {}-byte buffers per layer; this device's {}-byte bindings hold at most {fits} tokens: ask for a smaller ctxSize",
-                        ctx_size * kv_row_bytes(&cfg, kv_f16),
-                        gpu.max_binding
-                    ))));
+        // A load that fails from here on destroys its device: dropping wgpu's WebGPU objects
+        // frees nothing until the browser collects them, so a retry after running out of GPU
+        // memory would run out again.
+        let device = gpu.device.clone();
+        let r = async {
+            // Checked before any weight is downloaded.
+            let ctx_size = match asked_ctx {
+                None => default_ctx_size(&cfg, gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP),
+                Some(v) => {
+                    let ctx_size = v.min(cfg.max_position_embeddings.max(2));
+                    let fits = kv_tokens_fit(&cfg, gpu.max_binding, kv_f16);
+                    if ctx_size > fits {
+                        // (The limit less 4 bytes of padding: saying "needs N, binds at most N" read wrong.)
+                        return Err(bad(
+                            "ctxSize",
+                            &format!(
+                                "at most {fits} here: a {ctx_size}-token KV cache needs {}-byte buffers per layer and this device binds {} bytes",
+                                ctx_size * kv_row_bytes(&cfg, kv_f16),
+                                gpu.max_binding
+                            ),
+                        ));
+                    }
+                    ctx_size
                 }
-                ctx_size
-            }
-        };
+            };
+            Self::build(gpu, cfg, tokenizer, gguf, shards, format, &io, &url, ctx_size, kv_f16, model_name, &report, total.get()).await
+        }
+        .await;
+        if r.is_err() {
+            device.destroy();
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn build(
+        gpu: Gpu,
+        cfg: ModelConfig,
+        tokenizer: Tokenizer,
+        gguf: Option<Gguf>,
+        shards: Vec<Shard>,
+        format: WeightFormat,
+        io: &Io,
+        url: &str,
+        ctx_size: usize,
+        kv_f16: bool,
+        model_name: Option<String>,
+        report: &dyn Fn(u64, &str),
+        total: u64,
+    ) -> std::result::Result<WasmEngine, JsValue> {
+        let url = url.to_string();
         report(0, "header");
         let model = match gguf {
             Some(gguf) => {
-                let mut src = RemoteGguf { io: &io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: &report };
+                let mut src = RemoteGguf { io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: report };
                 Model::build(gpu, cfg, &mut src, |_, _| {}).await
             }
             None => {
-                let format = match opt("quant").and_then(|v| v.as_string()) {
-                    Some(q) => WeightFormat::parse(&q).map_err(engine_error)?,
-                    None => WeightFormat::Q8_0,
-                };
-                let mut src = RemoteHf { io: &io, shards, format, buf: Vec::new(), loaded: 0, progress: &report };
+                let mut src = RemoteHf { io, shards, format, buf: Vec::new(), loaded: 0, progress: report };
                 Model::build(gpu, cfg, &mut src, |_, _| {}).await
             }
         }
         .map_err(engine_error)?;
-        let name = opt("modelName").and_then(|v| v.as_string()).unwrap_or_else(|| {
+        let name = model_name.unwrap_or_else(|| {
             url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
         });
         let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, parallel: 1, model_name: name })
             .map_err(engine_error)?;
-        report(total.get(), "ready");
+        report(total, "ready");
         Ok(WasmEngine { chat, model: Some(model), stream: None })
     }
 

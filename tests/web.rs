@@ -111,6 +111,18 @@ fn tiny_gguf_with_norm_fold_in_the_browser_matches_native() {
     assert_eq!(v["streamText"], want.as_str(), "streamed");
 }
 
+/// Options of the wrong type or range are errors that name them (they were ignored, or a bad
+/// ctxSize failed after the whole download), in the page and in a worker; a good load follows.
+#[test]
+fn bad_engine_options_are_refused_by_name() {
+    let m = "models/tiny-tildeopen/model-Q8_0.gguf";
+    let v = run_page(&[("model", &format!("/fixtures/{m}")), ("request", REQ), ("badOptions", "1")], &[], Duration::from_secs(300));
+    let want: Vec<String> = ["ctxSize", "ctxSize", "ctxSize", "ctxSize", "kvF16", "normFold", "quant", "modelName"].iter().map(|p| format!("invalid_request_error:{p}")).collect();
+    assert_eq!(v["badOptions"], serde_json::json!(want), "{v}");
+    assert_eq!(v["badWorker"], "invalid_request_error:ctxSize", "{v}");
+    assert_eq!(v["afterBad"], native(&fixtures().join(m), REQ).as_str());
+}
+
 #[test]
 fn tiny_hf_dir_in_the_browser_matches_native() {
     let v = run_page(&[("model", "/fixtures/models/tiny-tildeopen/"), ("request", REQ)], &[], Duration::from_secs(300));

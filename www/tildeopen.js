@@ -97,7 +97,9 @@ function makeIo(model, useCache) {
     };
   }
   const sizes = new Map(), versions = new Map(), etags = new Map();
-  const cache = useCache && globalThis.caches ? caches.open(CACHE) : null;
+  // The cache is optional: where storage is blocked (site data off, some private windows)
+  // caches.open rejects, and the load goes on without it.
+  const cache = useCache && globalThis.caches ? caches.open(CACHE).catch(() => null) : null;
   const pieceKey = (url, i) => `${PIECE_PREFIX}${encodeURIComponent(url)}/${encodeURIComponent(versions.get(url))}/${i}`;
   async function piece(url, i) {
     const size = sizes.get(url);
@@ -106,11 +108,10 @@ function makeIo(model, useCache) {
     // Last-Modified): without one a changed file could not be told from the cached copy.
     const c = cache && versions.get(url) !== null && (await cache);
     if (c) {
-      const hit = await c.match(pieceKey(url, i));
-      if (hit) {
-        const b = new Uint8Array(await hit.arrayBuffer());
-        if (b.length === end - start) return b;
-      }
+      // A cache entry that cannot be read is fetched again.
+      const hit = await c.match(pieceKey(url, i)).catch(() => null);
+      const b = hit && (await hit.arrayBuffer().then((a) => new Uint8Array(a), () => null));
+      if (b && b.length === end - start) return b;
     }
     const bytes = await httpRange(url, start, end, size, etags.get(url));
     if (c) await c.put(pieceKey(url, i), new Response(bytes)).catch(() => {});

@@ -48,7 +48,11 @@ export async function createWorkerEngine(opts) {
   // A relative model URL means the page's folder, not the worker script's.
   if (rest.wasmUrl !== undefined) rest.wasmUrl = new URL(rest.wasmUrl, globalThis.location?.href).href;
   const modelArg = typeof model === "string" ? new URL(model, globalThis.location?.href).href : model;
-  const info = await call("load", { model: modelArg, ...rest }, onProgress);
+  // A failed load frees the worker (its wasm memory and GPU device) at once.
+  const info = await call("load", { model: modelArg, ...rest }, onProgress).catch((e) => {
+    fail(e);
+    throw e;
+  });
 
   async function create(request) {
     const { signal, ...req } = request;
@@ -66,10 +70,10 @@ export async function createWorkerEngine(opts) {
     ...info,
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
+    // Terminating the worker frees its GPU device at once; asking it to unload would wait
+    // behind a running completion (up to the whole context).
     async unload() {
-      try { if (!dead) await call("unload"); } finally {
-        fail(engineError("the engine was unloaded", "invalid_request_error", "unloaded"));
-      }
+      fail(engineError("the engine was unloaded", "invalid_request_error", "unloaded"));
     },
   };
 }
