@@ -244,11 +244,18 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             }
             let vocab = l.model.cfg.vocab_size as u32;
             let prompt: Vec<u32> = (0..prompt_tokens as u32).map(|i| (i * 7919 + 13) % vocab).collect();
-            // Warm-up: compiles every pipeline (matmul, matvec, attention) on a short run.
+            // Warm-up: every pipeline's first dispatch on a short run: the matvec path (passes of
+            // up to 16 tokens), a decode step, and, for longer prompts, the matmul and
+            // query-tiled attention path, so the timed prefill does not pay for them.
             s.reset();
             pollster::block_on(s.feed(&prompt[..prompt.len().min(8)]))?;
             pollster::block_on(s.feed(&[1]))?;
             pollster::block_on(s.last_argmax())?;
+            if prompt.len() > 16 {
+                s.reset();
+                pollster::block_on(s.feed(&prompt[..prompt.len().min(64)]))?;
+                pollster::block_on(s.last_argmax())?;
+            }
             let (mut pre, mut dec) = (vec![], vec![]);
             for _ in 0..repeat.max(1) {
                 s.reset();
