@@ -2,7 +2,8 @@
 """A static file server for the web tests and the demo: HTTP Range requests (206), HEAD, and
 `POST /result` which appends the posted JSON to --results (how test pages report back). With
 --results (test mode only) `POST /copy` with {"from": path, "to": path} replaces a served file
-by another one (how a test changes a model file under a page).
+by another one (how a test changes a model file under a page), and a file F beside which
+`F.http-status` holds a number is answered with that status (how a test makes a server fail).
 
   scripts/web-serve.py --root .. --port 8000 [--results out.jsonl] [--print-url /path]
 """
@@ -34,7 +35,23 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         self.send_response(204)
         self.end_headers()
 
+    def forced_status(self):
+        p = self.translate_path(self.path) + ".http-status"
+        if not Handler.results or not os.path.isfile(p):
+            return False
+        with open(p) as f:
+            self.send_response(int(f.read().strip()))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return True
+
+    def do_HEAD(self):
+        if not self.forced_status():
+            super().do_HEAD()
+
     def do_GET(self):
+        if self.forced_status():
+            return
         m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
         path = self.translate_path(self.path)
         if not m or not os.path.isfile(path):

@@ -173,6 +173,27 @@ async fn fetch_bytes(io: &Io, url: &str) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// An optional file of a checkpoint: `None` only when the server says it is not there (404 or
+/// 410). Any other failure (a 5xx, a 403, the network) is an error: taking it for "absent"
+/// loaded the model without its chat template or end-of-turn tokens, without a word.
+async fn fetch_optional(io: &Io, url: &str) -> Result<Option<Vec<u8>>> {
+    match fetch_bytes(io, url).await {
+        Ok(b) => Ok(Some(b)),
+        Err(e) => {
+            let m = e.to_string();
+            if m.ends_with("HTTP 404") || m.ends_with("HTTP 410") {
+                Ok(None)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+fn utf8(b: Vec<u8>, url: &str) -> Result<String> {
+    String::from_utf8(b).map_err(|_| Error::corrupt(url, "not UTF-8"))
+}
+
 /// A safetensors file's header (8-byte length, then JSON).
 async fn fetch_shard(io: &Io, url: &str) -> Result<Shard> {
     let len = io.size(url).await?;
@@ -269,17 +290,19 @@ impl WasmEngine {
             (cfg, tokenizer, Some(gguf), Vec::new())
         } else {
             let cfg = crate::ModelConfig::from_hf_json(&fetch_text(&io, &format!("{base}config.json")).await.map_err(engine_error)?).map_err(engine_error)?;
-            let mut tokenizer = match fetch_bytes(&io, &format!("{base}tokenizer.model")).await {
-                Ok(b) => Tokenizer::from_spm_bytes(&b, &format!("{base}tokenizer.model")),
-                Err(_) => Tokenizer::from_hf_json(&fetch_bytes(&io, &format!("{base}tokenizer.json")).await.map_err(engine_error)?),
+            let mut tokenizer = match fetch_optional(&io, &format!("{base}tokenizer.model")).await.map_err(engine_error)? {
+                Some(b) => Tokenizer::from_spm_bytes(&b, &format!("{base}tokenizer.model")),
+                None => Tokenizer::from_hf_json(&fetch_bytes(&io, &format!("{base}tokenizer.json")).await.map_err(engine_error)?),
             }
             .map_err(engine_error)?;
-            let tc = fetch_text(&io, &format!("{base}tokenizer_config.json")).await.ok();
-            let gc = fetch_text(&io, &format!("{base}generation_config.json")).await.ok();
+            let text = |name: &str, b: Option<Vec<u8>>| b.map(|b| utf8(b, &format!("{base}{name}"))).transpose();
+            let tc = text("tokenizer_config.json", fetch_optional(&io, &format!("{base}tokenizer_config.json")).await.map_err(engine_error)?).map_err(engine_error)?;
+            let gc = text("generation_config.json", fetch_optional(&io, &format!("{base}generation_config.json")).await.map_err(engine_error)?).map_err(engine_error)?;
             tokenizer.apply_hf_configs(tc.as_deref(), gc.as_deref()).map_err(engine_error)?;
-            let files: Vec<String> = match fetch_text(&io, &format!("{base}model.safetensors.index.json")).await {
-                Ok(t) => crate::model::tensor::index_shards(&t, "model.safetensors.index.json").map_err(engine_error)?,
-                Err(_) => vec!["model.safetensors".into()],
+            let index = fetch_optional(&io, &format!("{base}model.safetensors.index.json")).await.map_err(engine_error)?;
+            let files: Vec<String> = match text("model.safetensors.index.json", index).map_err(engine_error)? {
+                Some(t) => crate::model::tensor::index_shards(&t, "model.safetensors.index.json").map_err(engine_error)?,
+                None => vec!["model.safetensors".into()],
             };
             let mut shards = Vec::new();
             for f in files {

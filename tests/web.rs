@@ -131,6 +131,28 @@ fn tiny_hf_dir_in_the_browser_matches_native() {
     assert_eq!(v["streamText"], want.as_str());
 }
 
+/// An optional checkpoint file the server fails to send (503, not 404) fails the load with its
+/// name: it was taken for absent, and the model loaded without its chat template.
+#[test]
+fn a_failing_optional_file_fails_the_load() {
+    let src = fixtures().join("models/tiny-tildeopen");
+    let dir = std::env::temp_dir().join(format!("tildeopen-web-503-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::os::unix::fs::symlink(e.path().canonicalize().unwrap(), dir.join(e.file_name())).unwrap();
+    }
+    assert!(dir.join("tokenizer_config.json").exists());
+    std::fs::write(dir.join("tokenizer_config.json.http-status"), "503").unwrap();
+    let web = browser::WebRoot::new("tildeopen-web-503", &[("hf503", &dir)]);
+    let url = format!("{}/repo/tests/web/chat.html?api=/repo/www/tildeopen.js&model=/hf503/&request={}", web.base, urlencode(REQ));
+    let v = web.open(&url, &[], Duration::from_secs(300), "the page posted nothing");
+    std::fs::remove_dir_all(&dir).ok();
+    let f = v["failure"].as_str().unwrap_or_default();
+    assert!(f.contains("tokenizer_config.json") && f.contains("HTTP 503"), "{v}");
+}
+
 #[test]
 fn smollm2_in_the_browser_answers_riga() {
     let req = r#"{"messages":[{"role":"user","content":"What is the capital of Latvia?"}],"max_tokens":16,"temperature":0}"#;

@@ -52,8 +52,30 @@ export async function clearCache() {
 
 /** Bytes [start, end) of `url`: a 206 whose Content-Range (when the server exposes it) names
  *  exactly these bytes of a file of `size` bytes, and whose validator matches `version`. */
-async function httpRange(url, start, end, size, etag) {
-  const r = await fetch(url, { headers: { Range: `bytes=${start}-${end - 1}` } });
+/** A request that sends nothing for this long (headers or body) is given up: a stalled server
+ *  left the load waiting for ever. */
+const IDLE_MS = 60_000;
+
+async function httpRange(url, start, end, size, etag, modified) {
+  const ac = new AbortController();
+  let timer;
+  const watch = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => ac.abort(), IDLE_MS);
+  };
+  watch();
+  try {
+    return await rangeBody(url, start, end, size, etag, modified, ac.signal, watch);
+  } catch (e) {
+    if (ac.signal.aborted) throw new Error(`${url}: the server sent nothing for ${IDLE_MS / 1000} s (bytes ${start}-${end - 1}); try again`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function rangeBody(url, start, end, size, etag, modified, signal, watch) {
+  const r = await fetch(url, { headers: { Range: `bytes=${start}-${end - 1}` }, signal });
   if (r.status === 200) {
     // The whole file instead of a range: refuse rather than download gigabytes per piece.
     r.body?.cancel();
@@ -72,8 +94,29 @@ async function httpRange(url, start, end, size, etag) {
     r.body?.cancel();
     throw new Error(`${url}: the file changed on the server while loading (ETag ${etag} -> ${tag}); reload`);
   }
-  const buf = new Uint8Array(await r.arrayBuffer());
-  if (buf.length !== end - start) throw new Error(`${url}: asked for ${end - start} bytes at ${start}, got ${buf.length} (the file is shorter than announced?)`);
+  // Cross-origin, ETag and Content-Range are hidden unless the server exposes them, but
+  // Last-Modified is always readable: without an ETag it is what tells a replaced file.
+  const lm = r.headers.get("Last-Modified");
+  if (!etag && modified && lm && lm !== modified) {
+    r.body?.cancel();
+    throw new Error(`${url}: the file changed on the server while loading (Last-Modified ${modified} -> ${lm}); reload`);
+  }
+  // Read as it arrives, each chunk resetting the idle watch; never more than was asked for.
+  const buf = new Uint8Array(end - start);
+  let got = 0;
+  const reader = r.body.getReader();
+  for (;;) {
+    watch();
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (got + value.length > buf.length) {
+      reader.cancel().catch(() => {});
+      throw new Error(`${url}: asked for ${end - start} bytes at ${start}, the server sent more`);
+    }
+    buf.set(value, got);
+    got += value.length;
+  }
+  if (got !== end - start) throw new Error(`${url}: asked for ${end - start} bytes at ${start}, got ${got} (the file is shorter than announced?)`);
   return buf;
 }
 
@@ -96,7 +139,7 @@ function makeIo(model, useCache) {
       range: async (_u, start, end) => new Uint8Array(await model.slice(start, end).arrayBuffer()),
     };
   }
-  const sizes = new Map(), versions = new Map(), etags = new Map();
+  const sizes = new Map(), versions = new Map(), etags = new Map(), modifieds = new Map();
   // The cache is optional: where storage is blocked (site data off, some private windows)
   // caches.open rejects, and the load goes on without it.
   const cache = useCache && globalThis.caches ? caches.open(CACHE).catch(() => null) : null;
@@ -113,14 +156,14 @@ function makeIo(model, useCache) {
       const b = hit && (await hit.arrayBuffer().then((a) => new Uint8Array(a), () => null));
       if (b && b.length === end - start) return b;
     }
-    const bytes = await httpRange(url, start, end, size, etags.get(url));
+    const bytes = await httpRange(url, start, end, size, etags.get(url), modifieds.get(url));
     if (c) await c.put(pieceKey(url, i), new Response(bytes)).catch(() => {});
     return bytes;
   }
   return {
     async size(url) {
       if (sizes.has(url)) return sizes.get(url);
-      const r = await fetch(url, { method: "HEAD", cache: "no-store" });
+      const r = await fetch(url, { method: "HEAD", cache: "no-store", signal: AbortSignal.timeout(IDLE_MS) });
       if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
       const len = r.headers.get("Content-Length");
       const size = len === null ? NaN : Number(len);
@@ -130,6 +173,7 @@ function makeIo(model, useCache) {
       const version = etag || modified ? `${size}-${etag ?? modified}` : null;
       versions.set(url, version);
       etags.set(url, etag);
+      modifieds.set(url, modified);
       sizes.set(url, size);
       const c = cache && (await cache);
       if (c && version !== null) await evictOtherVersions(c, url, version).catch(() => {});
