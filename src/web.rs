@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::model::gguf::Gguf;
 use crate::gpu::{Gpu, GpuOptions};
 use crate::gpu::session::{default_ctx_size, kv_row_bytes, kv_tokens_fit, DEFAULT_CTX_CAP};
-use crate::model::{config::ModelConfig, Model, TensorSource};
+use crate::model::{Model, TensorSource};
 use crate::model::tensor::{HostTensor, WeightFormat};
 use std::collections::HashMap;
 use crate::text::tokenizer::Tokenizer;
@@ -163,7 +163,7 @@ impl TensorSource for RemoteHf<'_> {
 }
 
 async fn fetch_text(io: &Io, url: &str) -> Result<String> {
-    String::from_utf8(fetch_bytes(io, url).await?).map_err(|_| Error::corrupt(url, "not UTF-8"))
+    utf8(fetch_bytes(io, url).await?, url)
 }
 
 async fn fetch_bytes(io: &Io, url: &str) -> Result<Vec<u8>> {
@@ -343,51 +343,31 @@ impl WasmEngine {
                     ctx_size
                 }
             };
-            Self::build(gpu, cfg, tokenizer, gguf, shards, format, &io, &url, ctx_size, kv_f16, model_name, &report, total.get()).await
+            report(0, "header");
+            let model = match gguf {
+                Some(gguf) => {
+                    let mut src = RemoteGguf { io: &io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: &report };
+                    Model::build(gpu, cfg, &mut src, |_, _| {}).await
+                }
+                None => {
+                    let mut src = RemoteHf { io: &io, shards, format, buf: Vec::new(), loaded: 0, progress: &report };
+                    Model::build(gpu, cfg, &mut src, |_, _| {}).await
+                }
+            }
+            .map_err(engine_error)?;
+            let name = model_name.unwrap_or_else(|| {
+                url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
+            });
+            let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, parallel: 1, model_name: name })
+                .map_err(engine_error)?;
+            report(total.get(), "ready");
+            Ok(WasmEngine { chat, model: Some(model), stream: None })
         }
         .await;
         if r.is_err() {
             device.destroy();
         }
         r
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn build(
-        gpu: Gpu,
-        cfg: ModelConfig,
-        tokenizer: Tokenizer,
-        gguf: Option<Gguf>,
-        shards: Vec<Shard>,
-        format: WeightFormat,
-        io: &Io,
-        url: &str,
-        ctx_size: usize,
-        kv_f16: bool,
-        model_name: Option<String>,
-        report: &dyn Fn(u64, &str),
-        total: u64,
-    ) -> std::result::Result<WasmEngine, JsValue> {
-        let url = url.to_string();
-        report(0, "header");
-        let model = match gguf {
-            Some(gguf) => {
-                let mut src = RemoteGguf { io, url: url.clone(), gguf, cfg: cfg.clone(), buf: Vec::new(), loaded: 0, progress: report };
-                Model::build(gpu, cfg, &mut src, |_, _| {}).await
-            }
-            None => {
-                let mut src = RemoteHf { io, shards, format, buf: Vec::new(), loaded: 0, progress: report };
-                Model::build(gpu, cfg, &mut src, |_, _| {}).await
-            }
-        }
-        .map_err(engine_error)?;
-        let name = model_name.unwrap_or_else(|| {
-            url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
-        });
-        let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, parallel: 1, model_name: name })
-            .map_err(engine_error)?;
-        report(total, "ready");
-        Ok(WasmEngine { chat, model: Some(model), stream: None })
     }
 
     /// A `device_lost` error (the page should create a new engine) once the GPU is gone.

@@ -30,10 +30,6 @@ onmessage = async (e) => {
         if (it) await it.return();
         return reply({ result: null });
       }
-      case "unload":
-        if (engine) await engine.unload();
-        engine = null;
-        return reply({ result: null });
     }
     throw new Error(`unknown op ${op}`);
   } catch (err) {
