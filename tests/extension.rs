@@ -193,3 +193,12 @@ fn tabs_take_turns_and_the_engine_recovers() {
     // or unloaded engine is dropped and loaded again; errors reaching a page carry no URL.
     node_test("share-test.mjs", "share.js: ok");
 }
+
+#[test]
+fn requests_share_passes_and_queue_in_order() {
+    // scheduler.js (the web engine's request loop) on a fake engine: 8 requests on 4 slots share
+    // passes and are admitted in arrival order; an aborted queued request never takes a slot, an
+    // aborted stream frees its slot for the next pass and the others finish whole; request
+    // errors are thrown at once; a lost device fails every request, unload() fails the rest.
+    node_test("scheduler-test.mjs", "scheduler.js: ok");
+}

@@ -213,3 +213,31 @@ fn cached_weights_follow_the_file_and_truncated_files_fail_fast() {
     assert!(t.contains("trunc.gguf") && (t.contains("past the end") || t.contains("truncated") || t.contains("extends")), "a clear error: {t}");
     assert!(v["truncatedMs"].as_f64().unwrap() < 10_000.0, "fails fast");
 }
+
+/// Nine requests at once on a 4-slot engine (mixed streamed and not, translation tasks sharing
+/// their instruction and plain chats), in the page's thread and through the worker: every answer
+/// and its usage equal the same request run alone; they run in far fewer passes than alone; the
+/// shared instruction is copied between slots; an aborted stream ends after its second chunk and
+/// leaves the others whole; a queued request aborted before its turn rejects with AbortError.
+#[test]
+fn many_requests_at_once_match_each_alone() {
+    let v = run_page_at("/repo/tests/web/parallel.html", &[("model", "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf")], Duration::from_secs(600));
+    for mode in ["thread", "worker"] {
+        let r = &v[mode];
+        println!("{mode}: {}", serde_json::to_string(r).unwrap());
+        assert_eq!(r["parallel"], 4, "{mode}");
+        assert_eq!(r["together"], r["alone"], "{mode}: answers at once differ from alone");
+        let alone = r["alone"].as_array().unwrap();
+        assert_eq!(alone.len(), 9);
+        for a in alone {
+            assert!(a["usage"]["completion_tokens"].as_u64().unwrap() > 0, "{mode}: {a}");
+            assert_eq!(a["usage"]["total_tokens"], a["usage"]["prompt_tokens"].as_u64().unwrap() + a["usage"]["completion_tokens"].as_u64().unwrap());
+        }
+        assert_eq!(r["abortedChunks"], 2, "{mode}");
+        assert_eq!(r["queuedAbort"], "AbortError", "{mode}");
+        assert!(r["copied"].as_u64().unwrap() > 0, "{mode}: the shared instruction was copied");
+        let generated = r["generated"].as_u64().unwrap();
+        let passes = r["passes"].as_u64().unwrap();
+        assert!(passes * 2 < generated, "{mode}: {passes} passes for {generated} tokens");
+    }
+}

@@ -22,6 +22,9 @@ export interface ChatRequest {
   model?: string;
   /** One choice only. */
   n?: 1;
+  /** Never end at an end-of-generation token, only at `max_tokens` or a stop string (an
+   *  extension, as llama.cpp and vLLM take it: for benchmarks). */
+  ignore_eos?: boolean;
   /** Stops generation between tokens: a stream ends (`done`), a non-streamed request rejects
    *  with an `AbortError`. */
   signal?: AbortSignal;
@@ -68,8 +71,13 @@ export interface EngineOptions {
   onProgress?: (p: Progress) => void;
   /** Run in a dedicated Web Worker (default true; false runs in this thread). */
   worker?: boolean;
-  /** Context window in tokens (default 4096, at most what the device can bind). */
+  /** Context window in tokens of each parallel request (default: the model's, at most 4096 and
+   *  at most what the device can bind). */
   ctxSize?: number;
+  /** Requests answered at once, all in the same forward passes (1 to 32). Default: 4 where
+   *  one binding holds 4 KV caches of `ctxSize` tokens, else as many as fit (`Engine.parallel`
+   *  says). Each slot costs a context's KV cache. More requests wait in order. */
+  parallel?: number;
   /** f16 KV cache (default) or f32. */
   kvF16?: boolean;
   /** The `model` field of responses. */
@@ -115,9 +123,27 @@ export interface TaskCall<A> {
   (a: Omit<Common, "stream"> & A & { stream?: boolean }): Promise<ChatCompletion | AsyncIterableIterator<ChatCompletionChunk>>;
 }
 
+/** What the engine has done since it was loaded, as of its last forward pass. */
+export interface EngineStats {
+  /** Forward passes run. */
+  passes: number;
+  /** Prompt tokens computed by the model. */
+  prefilled: number;
+  /** Prompt tokens already in the slot's own cache (an earlier turn of the same chat). */
+  reused: number;
+  /** Prompt tokens copied from another slot's cache (a shared instruction). */
+  copied: number;
+  /** Tokens generated. */
+  generated: number;
+}
+
 export interface Engine {
   modelName: string;
   contextSize: number;
+  /** Requests answered at once; concurrent calls beyond it wait in a FIFO queue (an aborted
+   *  signal takes a request out of the queue or its slot at once). */
+  parallel: number;
+  stats(): Promise<EngineStats>;
   /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;
   adapterInfo: AdapterInfo | null;
@@ -149,3 +175,6 @@ export function taskRequest(type: "translate" | "ask" | "summarise", args: Recor
 export function adapterInfo(): Promise<AdapterInfo | null>;
 /** Forgets the downloaded weights kept in the Cache API. */
 export function clearCache(): Promise<void>;
+/** The language `text` is in (no model needed): an ISO 639-1 code where one exists, the
+ *  detector's confidence, and whether it calls the guess reliable (short texts often are not). */
+export function detectLanguage(text: string, opts?: { wasmUrl?: string | URL }): Promise<{ language: string; confidence: number; reliable: boolean } | null>;

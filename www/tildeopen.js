@@ -11,8 +11,9 @@
 // Weights are fetched tensor by tensor with HTTP Range requests and kept in the Cache API in
 // 32 MiB pieces, so a reload does not download them again (clearCache() forgets them).
 
-import init, { WasmEngine } from "./pkg/tildeopen.js";
-import { serialQueue, chunkStream, engineError, foldedStream } from "./util.js";
+import init, { WasmEngine, detect_language } from "./pkg/tildeopen.js";
+import { engineError } from "./util.js";
+import { scheduler } from "./scheduler.js";
 
 const CACHE = "tildeopen-weights-v1";
 const PIECE = 32 << 20;
@@ -43,6 +44,14 @@ export async function adapterInfo() {
   const yn = (b) => (b ? "yes" : "no");
   info.summary = `${name} · shader-f16: ${yn(info.shaderF16)} · subgroups: ${yn(info.subgroups)}`;
   return info;
+}
+
+/** The language `text` is in: `{ language, confidence, reliable }` (an ISO 639-1 code where one
+ *  exists; `reliable` when the detector is sure: short texts are guesses), or `null` for text
+ *  without letters. Needs no model (the detector is compiled into the wasm). */
+export async function detectLanguage(text, { wasmUrl } = {}) {
+  await initWasm(wasmUrl);
+  return detect_language(String(text));
 }
 
 /** Forgets every cached weight piece. */
@@ -228,55 +237,32 @@ export async function createEngineInThread(opts) {
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
   try {
-    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot, normFold: opts.normFold }, onProgress);
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, parallel: opts.parallel, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot, normFold: opts.normFold }, onProgress);
   } catch (e) {
     throw parseError(e);
   }
-  // wasm methods borrow the engine: run calls one at a time.
-  const serial = serialQueue();
-  const requests = serialQueue();
-
-  // The engine holds one stream; each JS stream has a token and only the active one may use it.
-  let active = 0, nextToken = 1;
-  const superseded = () => engineError("another request started on this engine before this stream finished", "invalid_request_error", "superseded");
-
-  function streamOf(req, signal) {
-    const token = nextToken++;
-    let started = false;
-    const pull = (state) =>
-      serial(async () => {
-        if (state.done) return { done: true, value: undefined };
-        if (!started) { started = true; active = token; await guard(() => wasm.start_stream(req)); }
-        else if (active !== token) { state.done = true; throw superseded(); }
-        const chunk = await guard(() => wasm.next_chunk());
-        if (chunk === undefined) { state.done = true; active = 0; return { done: true, value: undefined }; }
-        return { done: false, value: chunk };
-      });
-    const cancel = () => serial(async () => { if (active === token) { wasm.cancel(); active = 0; } });
-    return chunkStream(pull, cancel, signal);
-  }
+  // Every request goes through one loop that runs the engine's forward passes for all requests
+  // in flight (up to `parallel` at once; the rest wait in order). See scheduler.js.
+  const prompter = wasm.prompter();
+  let stats = wasm.stats;
+  const runner = scheduler({
+    prepare: (req) => prompter.prepare(req),
+    admit: (p, stream) => { try { return wasm.admit(p, stream); } finally { p.free(); } },
+    hasFreeSlot: () => wasm.has_free_slot(),
+    step: async () => {
+      const events = await wasm.step();
+      stats = wasm.stats; // read between passes: the engine is borrowed while one runs
+      return events;
+    },
+    discard: (p) => p.free(),
+    cancel: (id) => wasm.cancel(id),
+    unload: () => { wasm.unload(); prompter.free(); },
+  });
 
   async function create(request) {
     const { signal, ...req } = request;
-    if (req.stream) {
-      // Request errors surface here, before any chunk, as in the native API.
-      const it = streamOf(req, signal);
-      const first = await it.next();
-      let pending = first;
-      return {
-        [Symbol.asyncIterator]() { return this; },
-        async next() {
-          if (pending) { const p = pending; pending = null; return p; }
-          return it.next();
-        },
-        return: () => it.return(),
-      };
-    }
-    if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-    // Non-streamed requests wait for each other (a stream started meanwhile still supersedes).
-    // With a signal, generation must be stoppable between tokens: run it as a stream.
-    if (signal) return requests(() => foldedStream(create, req, signal));
-    return requests(() => serial(() => { active = 0; return wasm.complete(req); })).catch((e) => { throw parseError(e); });
+    // Request errors surface here, before any chunk, as in the native API.
+    return guard(() => runner.submit(req, { stream: !!req.stream, signal }));
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));
@@ -285,12 +271,16 @@ export async function createEngineInThread(opts) {
   return {
     modelName: wasm.model_name,
     contextSize: wasm.context_size,
+    parallel: wasm.parallel,
+    /** Since the load, as of the last forward pass: prompt tokens computed (`prefilled`), reused
+     *  from a slot's own cache or copied from another slot's, tokens generated, passes run. */
+    async stats() { return stats; },
     adapter: gpuInfo?.summary ?? wasm.adapter,
     adapterInfo: gpuInfo,
     fastPaths: wasm.fast_paths,
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
-    async unload() { await serial(async () => wasm.unload()); },
+    async unload() { await runner.close(engineError("the model was unloaded", "invalid_request_error", "unloaded")); },
   };
 }
 

@@ -1,6 +1,6 @@
 // The page side of a worker engine: the same API as createEngineInThread, every call a message.
 import { taskRequest } from "./tildeopen.js";
-import { chunkStream, engineError, foldedStream, serialQueue } from "./util.js";
+import { chunkStream, engineError, foldedStream } from "./util.js";
 
 export async function createWorkerEngine(opts) {
   // Bundlers that do not follow `new URL("./worker.js", import.meta.url)` (esbuild) bundle
@@ -12,7 +12,6 @@ export async function createWorkerEngine(opts) {
     ? new Worker(opts.workerUrl, { type: "module" })
     : new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
   let next = 1;
-  const requests = serialQueue();
   const pending = new Map();
   // Set once the worker is gone (unload(), or it failed): every call then rejects at once
   // instead of waiting for an answer that cannot come.
@@ -57,10 +56,11 @@ export async function createWorkerEngine(opts) {
   async function create(request) {
     const { signal, ...req } = request;
     if (signal?.aborted) throw new DOMException("aborted", "AbortError");
-    // Non-streamed requests wait for each other here; with a signal, one runs as a stream (which
-    // the signal stops between tokens) folded into one completion.
-    if (!req.stream && signal) return requests(() => foldedStream(create, req, signal));
-    if (!req.stream) return requests(() => call("create", req));
+    // Requests run side by side in the worker's engine (its parallel slots, then its queue).
+    // With a signal, a non-streamed one runs as a stream (which the signal stops between
+    // tokens) folded into one completion.
+    if (!req.stream && signal) return foldedStream(create, req, signal);
+    if (!req.stream) return call("create", req);
     const streamId = next++;
     await call("create", { ...req, streamId });
     return chunkStream(() => call("next", { streamId }), () => call("return", { streamId }), signal);
@@ -68,6 +68,7 @@ export async function createWorkerEngine(opts) {
   const task = (type) => (args) => create(taskRequest(type, args));
   return {
     ...info,
+    stats: () => call("stats"),
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
     // Terminating the worker frees its GPU device at once; asking it to unload would wait

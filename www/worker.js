@@ -11,13 +11,15 @@ onmessage = async (e) => {
     switch (op) {
       case "load":
         engine = await createEngineInThread({ ...args, worker: false, onProgress: (p) => reply({ progress: p }) });
-        return reply({ result: { modelName: engine.modelName, contextSize: engine.contextSize, adapter: engine.adapter, adapterInfo: engine.adapterInfo, fastPaths: engine.fastPaths } });
+        return reply({ result: { modelName: engine.modelName, contextSize: engine.contextSize, parallel: engine.parallel, adapter: engine.adapter, adapterInfo: engine.adapterInfo, fastPaths: engine.fastPaths } });
       case "create": {
         const r = await engine.chat.completions.create(args);
         if (!args.stream) return reply({ result: r });
         streams.set(args.streamId, r);
         return reply({ result: null });
       }
+      case "stats":
+        return reply({ result: await engine.stats() });
       case "next": {
         const it = streams.get(args.streamId);
         const r = it ? await it.next() : { done: true };

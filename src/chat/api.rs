@@ -109,6 +109,10 @@ pub struct ChatRequest {
     /// Only 1 is supported: the response has exactly one choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<u64>,
+    /// An extension for benchmarks (as llama.cpp and vLLM take it): never end at an
+    /// end-of-generation token, only at `max_tokens` or a stop string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_eos: Option<bool>,
 }
 
 impl ChatRequest {
@@ -240,6 +244,7 @@ impl ChatRequest {
             presence_penalty: self.presence_penalty.unwrap_or(0.0),
             frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
             seed: self.seed,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
         }
     }
 }

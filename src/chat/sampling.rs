@@ -26,6 +26,9 @@ pub struct SamplingParams {
     pub frequency_penalty: f32,
     /// Same seed, same output. `None` draws a seed from the clock.
     pub seed: Option<u64>,
+    /// Never choose an end-of-generation token (the stop tokens): the answer runs to
+    /// `max_tokens` or a stop string. For benchmarks (llama.cpp's and vLLM's `ignore_eos`).
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -39,6 +42,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: None,
+            ignore_eos: false,
         }
     }
 }
@@ -71,7 +75,7 @@ impl Sampler {
 
     /// Whether [`Sampler::sample`] needs the logits (otherwise the GPU argmax is the answer).
     pub fn needs_logits(&self) -> bool {
-        self.p.temperature > 0.0 || self.p.repetition_penalty != 1.0 || self.p.presence_penalty != 0.0 || self.p.frequency_penalty != 0.0
+        self.p.temperature > 0.0 || self.p.ignore_eos || self.p.repetition_penalty != 1.0 || self.p.presence_penalty != 0.0 || self.p.frequency_penalty != 0.0
     }
 
     /// Records a token that joined the context (for the penalties).
@@ -89,6 +93,13 @@ impl Sampler {
     /// The next token from the last position's logits (modified in place by the penalties);
     /// `None` when no logit is finite.
     pub fn sample(&mut self, logits: &mut [f32]) -> Option<u32> {
+        if self.p.ignore_eos {
+            for &t in &self.exempt {
+                if let Some(l) = logits.get_mut(t as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
         let rp = self.p.repetition_penalty;
         if rp != 1.0 {
             for &t in self.seen.keys().filter(|t| !self.exempt.contains(t)) {

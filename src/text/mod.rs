@@ -5,6 +5,7 @@
 //! May use: [`crate::error`] and the model layer's file readers (a GGUF's vocabulary, a
 //! checkpoint directory's files). Never the GPU session, chat or the front ends.
 
+pub mod lang;
 pub mod spm;
 pub mod template;
 pub mod tokenizer;

@@ -95,4 +95,30 @@ const tick = () => new Promise((ok) => setTimeout(ok, 1));
   assert.equal(pageError(Object.assign(new Error("Set a model URL in the extension's options."), { code: "no_model", fatal: true })).fatal, true);
   assert.equal(stripUrls("a blob:https://h.example/x?y=1 and file:///tmp/a b"), "a blob:<URL> and <URL> b");
 }
+// Turns with a limit: up to 3 at once, refilled as each finishes, tabs still rotating; a `first`
+// job (the user's selection) goes before the queued ones.
+{
+  const turn = turns(3);
+  let running = 0, most = 0;
+  const order = [];
+  const job = (tab, ms = 2) => () => turn.run(tab, async () => {
+    running++; most = Math.max(most, running);
+    order.push(tab);
+    await new Promise((ok) => setTimeout(ok, ms));
+    running--;
+  });
+  const all = [];
+  for (let i = 0; i < 9; i++) all.push(job("A")());
+  for (let i = 0; i < 3; i++) all.push(job("B")());
+  await Promise.resolve();
+  all.push(turn.run("C", async () => order.push("sel"), { first: true }));
+  await Promise.all(all);
+  assert.equal(most, 3, "three at once");
+  assert.ok(order.indexOf("sel") <= 3, `the selection went first: ${order.join(",")}`);
+  assert.ok(order.indexOf("B") < 6, `B did not wait for all of A: ${order.join(",")}`);
+  turn.setLimit(1);
+  running = most = 0;
+  await Promise.all([job("A")(), job("B")(), job("A")()]);
+  assert.equal(most, 1, "limit lowered");
+}
 console.log("share.js: ok");

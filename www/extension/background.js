@@ -1,10 +1,10 @@
 // The service worker: owns the engine (WebGPU in the worker, one engine for every tab) and
 // translates blocks for content scripts over ports, streaming chunks back.
-import { createEngineInThread } from "./tildeopen.js";
+import { createEngineInThread, detectLanguage } from "./tildeopen.js";
 import { getSettings } from "./settings.js";
 import DEFAULTS from "./defaults.js";
-import { serialQueue } from "./util.js";
-import { LANGUAGES } from "./languages.js";
+import { LANGUAGES, sourceLanguage } from "./languages.js";
+import { translationMemory, idbStore } from "./memory.js";
 import { translateWhole } from "./whole.js";
 import { engineCache, turns, pageError } from "./share.js";
 
@@ -24,7 +24,21 @@ chrome.storage.local.get(Object.keys(DEFAULTS)).then((s) => {
 
 // One engine for every tab; a lost device drops it (the next request loads it again) and a
 // failed load is remembered for 30 s, during which requests for that URL fail at once.
-const engines = engineCache({ create: (url, onProgress) => createEngineInThread({ model: url, worker: false, onProgress }) });
+// Blocks are translated `parallel` at a time in the engine's slots (the setting "blocks at
+// once"); a block's context is 2048 tokens (whole.js splits what does not fit), so 8 slots cost
+// what 4 of the default 4096 would.
+const engines = engineCache({
+  create: async (url, onProgress) => {
+    const { parallel } = await getSettings();
+    const e = await createEngineInThread({ model: url, worker: false, onProgress, parallel: Math.max(1, Math.min(32, parallel | 0 || 4)), ctxSize: 2048 });
+    turn.setLimit(e.parallel);
+    return e;
+  },
+});
+
+// Translations already made, by model, languages, glossary and text (IndexedDB, least recently
+// used dropped past 20,000): a block met again is never sent to the engine.
+const memory = translationMemory({ store: idbStore() });
 
 async function getEngine(onProgress) {
   const { modelUrl } = await getSettings();
@@ -38,22 +52,24 @@ async function getEngine(onProgress) {
   }
 }
 
-// One request at a time across all tabs (the engine answers one at a time anyway), tabs taking
-// turns per request: a tab's long block, split into many requests, does not hold up the others.
-const turn = turns();
+// Up to the engine's parallel slots in flight across all tabs (one until it has loaded), tabs
+// taking turns per request: a tab's long block or whole page does not hold up the others, and a
+// selection the user asked for goes first.
+const turn = turns(1);
 
 chrome.runtime.onConnect.addListener((port) => {
   if (port.name !== "translate") return;
-  let closed = false, current = null;
-  const blocks = serialQueue(); // this tab's blocks, one after another
+  let closed = false, pageLanguage = null;
+  const live = new Set(); // streams in flight, ended when the tab goes
   port.onDisconnect.addListener(() => {
     closed = true;
-    current?.return?.();
+    for (const it of live) it.return?.();
     turn.drop(port, new Error("disconnected"));
   });
   const post = (m) => !closed && port.postMessage(m);
+  // Blocks arrive up to "blocks at once" at a time and run side by side.
   port.onMessage.addListener((msg) => {
-    if (msg?.type === "block") blocks(() => translateBlock(msg));
+    if (msg?.type === "block") translateBlock(msg);
   });
 
   async function translateBlock(msg) {
@@ -62,10 +78,26 @@ chrome.runtime.onConnect.addListener((port) => {
       const settings = await getSettings();
       // Only the languages the extension offers reach the instruction.
       const to = msg.target || settings.target;
-      const from = settings.source || "en";
-      if (!Object.hasOwn(LANGUAGES, to) || !Object.hasOwn(LANGUAGES, from)) throw new Error(`unsupported language ${JSON.stringify(to)}`);
+      if (!Object.hasOwn(LANGUAGES, to)) throw new Error(`unsupported language ${JSON.stringify(to)}`);
       if (typeof msg.text !== "string" || !msg.text) throw new Error("nothing to translate");
       const t0 = performance.now();
+      // The source: the block's `lang` where the page gives one, else the detector's reliable
+      // guess, else the tab's first reliable guess, else the setting. Text already in the target
+      // language is left as it is (no request).
+      const detected = await detectLanguage(msg.text).catch(() => null);
+      if (detected?.reliable && !msg.lang) pageLanguage ??= detected.language;
+      const from = sourceLanguage({ lang: msg.lang, detected, page: pageLanguage, fallback: settings.source || "en" });
+      if (from === to) {
+        post({ type: "done", id: msg.id, text: msg.text, target: to, source: from, tokens: 0, seconds: 0, complete: true, requests: 0, same: true });
+        return;
+      }
+      const glossary = settings.glossary ?? [];
+      const key = memory.key(settings.modelUrl, from, to, glossary, msg.text);
+      const known = await memory.get(key);
+      if (known !== null) {
+        post({ type: "done", id: msg.id, text: known, target: to, source: from, tokens: 0, seconds: (performance.now() - t0) / 1000, complete: true, requests: 0, cached: true });
+        return;
+      }
       const maxTokens = settings.maxTokens || 512;
       let n = 0;
       // One request, in this tab's turn: streamed, its partial text reported; `cut` when it
@@ -73,13 +105,14 @@ chrome.runtime.onConnect.addListener((port) => {
       const translate = (text, onPartial) => turn.run(port, async () => {
         if (closed) throw new Error("disconnected");
         const eng = await getEngine((p) => post({ type: "progress", loaded: p.loaded, total: p.total }));
-        let out = "", finish = null;
+        let out = "", finish = null, it = null;
         try {
-          current = await eng.tasks.translate({
+          it = await eng.tasks.translate({
             text, from, to,
-            glossary: settings.glossary ?? [], stream: true, temperature: 0, max_tokens: maxTokens,
+            glossary, stream: true, temperature: 0, max_tokens: maxTokens,
           });
-          for await (const chunk of current) {
+          live.add(it);
+          for await (const chunk of it) {
             if (closed) throw new Error("disconnected");
             const d = chunk.choices[0]?.delta?.content;
             if (d) { n++; out += d; onPartial(out); }
@@ -89,10 +122,10 @@ chrome.runtime.onConnect.addListener((port) => {
           engines.failed(eng, e); // a lost device or an unloaded engine: the next request reloads
           throw e;
         } finally {
-          current = null;
+          live.delete(it);
         }
         return { text: out, cut: finish === "length" };
-      });
+      }, { first: !!msg.user });
       // A block longer than one answer (or than the context) is split and translated part by
       // part, in at most a few requests per part; a part that cannot finish keeps its original
       // text with a visible mark (see whole.js).
@@ -100,7 +133,8 @@ chrome.runtime.onConnect.addListener((port) => {
         splitAbove: maxTokens,
         onText: (text) => post({ type: "text", id: msg.id, text }),
       });
-      post({ type: "done", id: msg.id, text: r.text, target: to, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests, capped: r.capped });
+      if (r.complete) await memory.put(key, r.text);
+      post({ type: "done", id: msg.id, text: r.text, target: to, source: from, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests, capped: r.capped });
     } catch (e) {
       post({ type: "error", id: msg.id, ...pageError(e) });
     }
@@ -110,8 +144,17 @@ chrome.runtime.onConnect.addListener((port) => {
 chrome.runtime.onMessage.addListener((m, sender, reply) => {
   if (m?.type === "settings") {
     // Content scripts get what they act on; the model URL and the glossary stay here.
-    getSettings().then((s) => reply(sender.tab ? { autoTranslate: s.autoTranslate, target: s.target } : s));
+    getSettings().then((s) => reply(sender.tab ? { autoTranslate: s.autoTranslate, target: s.target, parallel: s.parallel } : s));
     return true; // async reply
+  }
+  if (m?.type === "clear-memory" && !sender.tab) {
+    // The popup's "Forget translations".
+    memory.clear().then(() => reply({ ok: true }));
+    return true;
+  }
+  if (m?.type === "memory-size" && !sender.tab) {
+    memory.size().then((n) => reply({ entries: n }));
+    return true;
   }
   if (m?.type === "last-error" && !sender.tab) {
     // For the popup: why the last load failed, URLs included (extension pages only).

@@ -1,12 +1,17 @@
-// Content script: finds the page's visible text blocks, has the extension's engine translate them
-// (streamed, one block at a time, first screen first) and writes each translation back into the
-// block's own text nodes, so elements, attributes, links and inline formatting stay as they were.
+// Content script: finds the page's visible text blocks (and the attributes people read: title,
+// alt, placeholder, aria-label, and the document's title), has the extension's engine translate
+// them (streamed, "blocks at once" in flight, the first screen first, then the screens near it,
+// then the rest of the page) and writes each translation back into the block's own text nodes, so
+// elements, links and inline formatting stay as they were. DOM writes are batched once per frame.
 (() => {
   if (window.__tildeopen) return;
   window.__tildeopen = true;
 
   const MARK = " […]"; // as in whole.js: a part that could not be translated whole
-  const SKIP = "[data-tildeopen-ui],script,style,noscript,template,code,pre,kbd,samp,textarea,input,select,option,svg,math,iframe,[contenteditable=''],[contenteditable=true],[translate=no],.notranslate";
+  const SKIP = "[data-tildeopen-ui],script,style,noscript,template,code,pre,kbd,samp,var,textarea,input,select,option,svg,math,iframe,[contenteditable=''],[contenteditable=true],[translate=no],.notranslate";
+  // Attributes read by people; inputs' placeholders too (their values never).
+  const ATTRS = ["title", "alt", "placeholder", "aria-label"];
+  const ATTR_SKIP = "[data-tildeopen-ui],script,style,noscript,template,code,pre,kbd,samp,var,svg,math,iframe,[contenteditable=''],[contenteditable=true],[translate=no],.notranslate";
   const original = new Map();   // Text node -> its original text (follows the page's own edits)
   const translated = new Map(); // Text node -> its translation
   const queued = new WeakSet();
@@ -16,11 +21,18 @@
   const left = new WeakSet();
   const watch = globalThis.tildeopenWatch();
   let showing = "original";
-  let port = null, queue = [], running = false;
+  let port = null, queue = [];
+  // Blocks sent and not answered yet (id -> entry), at most `limit` ("blocks at once").
+  const inflight = new Map();
+  let limit = 4;
+  // Attributes (Attr nodes, and the document title as `TITLE`) -> original / translation.
+  const attrOriginal = new Map(), attrTranslated = new Map();
+  const TITLE = { title: true };
+  const attrBlocks = new Set(); // attribute blocks translated (for a change of target language)
   // Set by an error every later block would hit too (the model cannot load): the queue waits
   // until "translate" again instead of trying each block.
   let stopped = false;
-  const stats = { blocks: 0, done: 0, tokens: 0, seconds: 0, error: null, errorCode: null, errorFatal: false, loading: null };
+  const stats = { blocks: 0, done: 0, cached: 0, same: 0, requests: 0, tokens: 0, seconds: 0, error: null, errorCode: null, errorFatal: false, loading: null };
 
   const isInline = (el) => {
     const d = getComputedStyle(el).display;
@@ -53,12 +65,69 @@
       byBlock.get(block).push(t);
     }
     const blocks = [...byBlock.entries()].map(([el, nodes]) => ({ el, nodes, target: null })).filter((b) => !b.nodes.every((n) => queued.has(n)));
+    // Attributes people read, each a block of its own.
+    const els = root.nodeType === 1 ? [root, ...root.querySelectorAll(ATTRS.map((a) => `[${a}]`).join(","))] : [];
+    for (const el of els) {
+      if (el.closest(ATTR_SKIP)) continue;
+      for (const a of ATTRS) {
+        const node = el.getAttributeNode(a);
+        if (!node || !node.value.trim() || attrOriginal.has(node) || left.has(node)) continue;
+        if (a === "alt" && el.tagName !== "IMG" && el.tagName !== "AREA" && el.tagName !== "INPUT") continue;
+        blocks.push({ el, nodes: [], attr: node, target: null });
+      }
+    }
+    if (root === document.body && document.title.trim() && !attrOriginal.has(TITLE)) blocks.push({ el: document.documentElement, nodes: [], attr: TITLE, target: null });
     return screenFirst(blocks);
   }
 
+  // Where a block stands from the viewport: 0 on screen, 1 within a screen of it, 2 further.
+  function rank(b) {
+    if (b.attr === TITLE) return 0;
+    const r = b.el.getBoundingClientRect();
+    if (r.bottom > 0 && r.top < innerHeight) return 0;
+    return r.bottom > -innerHeight && r.top < 2 * innerHeight ? 1 : 2;
+  }
   function screenFirst(blocks) {
-    const onScreen = (b) => { const r = b.el.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; };
-    return [...blocks.filter(onScreen), ...blocks.filter((b) => !onScreen(b))];
+    const ranks = new Map(blocks.map((b) => [b, rank(b)]));
+    return [0, 1, 2].flatMap((k) => blocks.filter((b) => ranks.get(b) === k));
+  }
+  // The queue is put back in that order before a block is taken when the page scrolled or
+  // the queue changed since the last time (one layout read per change, not per block).
+  let ranked = null;
+  const orderKey = () => `${Math.round(scrollX)},${Math.round(scrollY)},${innerHeight},${queue.length}`;
+  function nextBlock() {
+    if (ranked !== orderKey()) { queue = screenFirst(queue); ranked = orderKey(); }
+    const b = queue.shift();
+    ranked = orderKey();
+    return b;
+  }
+
+  // The text a block is translated from.
+  const attrValue = (a) => (a === TITLE ? document.title : a.value);
+  const sourceOf = (b) => (b.attr ? attrOriginal.get(b.attr) ?? attrValue(b.attr) : b.nodes.map((n) => original.get(n)).join("")).replace(/\s+/g, " ").trim();
+  // The block's language as the page declares it.
+  const langOf = (b) => (b.el.closest("[lang]")?.getAttribute("lang") || document.documentElement.lang || null);
+
+  // DOM writes wait for the next frame and go together (a page of streamed blocks would
+  // otherwise write once per token per block); a hidden tab, which gets no frames, after 100 ms.
+  let writes = [], frame = null;
+  function soon(f) {
+    writes.push(f);
+    if (frame) return;
+    let done = false;
+    const run = () => { if (done) return; done = true; frame = null; flushWrites(); };
+    frame = requestAnimationFrame(run);
+    setTimeout(run, 100);
+  }
+  function flushWrites() {
+    const w = writes;
+    writes = [];
+    if (w.length) quietly(() => w.forEach((f) => f()));
+    status();
+  }
+  function writeAttr(a, text) {
+    if (a === TITLE) document.title = text;
+    else a.value = text;
   }
 
   /** Splits a translation over a block's text nodes in proportion to their original lengths. */
@@ -98,43 +167,47 @@
   }
 
   function write(nodes, texts) {
-    quietly(() => nodes.forEach((n, i) => { translated.set(n, texts[i]); if (showing === "translation") n.data = texts[i]; }));
+    nodes.forEach((n, i) => translated.set(n, texts[i]));
+    soon(() => nodes.forEach((n) => { if (showing === "translation" && translated.has(n)) n.data = translated.get(n); }));
   }
 
   // Undoes a block's partial streamed text: back to what the page showed before it.
   function restore(nodes) {
-    quietly(() => nodes.forEach((n) => { if (original.has(n)) n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n); }));
+    soon(() => nodes.forEach((n) => { if (original.has(n)) n.data = showing === "translation" && translated.has(n) ? translated.get(n) : original.get(n); }));
   }
 
   function connect() {
     port = chrome.runtime.connect({ name: "translate" });
     port.onMessage.addListener(onMessage);
-    // The service worker restarted or the extension reloaded: put the block in flight back
+    // The service worker restarted or the extension reloaded: put the blocks in flight back
     // (original text, front of the queue) and carry on with a new port.
     port.onDisconnect.addListener(() => {
       port = null;
-      if (current) {
-        restore(current.nodes);
-        queue.unshift(current.block);
-        current = null;
+      for (const c of inflight.values()) {
+        if (!c.block.attr) restore(c.nodes);
+        queue.unshift(c.block);
       }
-      running = false;
+      inflight.clear();
       setTimeout(pump, 500);
     });
   }
 
-  let current = null;
+  const inFlightBlock = (b) => [...inflight.values()].some((c) => c.block === b);
   function onMessage(m) {
     if (m.type === "progress") { stats.loading = m; return; }
-    if (!current || m.id !== current.id) return;
+    const c = inflight.get(m.id);
+    if (!c) return;
     if (m.type === "text") {
+      if (c.block.attr) return; // attributes change once, when done
       // The block's whole text so far (earlier parts of a split block + the part in progress).
-      current.text = m.text;
-      // Stream into the block's first text node; the rest follows at the end of the block.
-      quietly(() => { if (showing === "translation" && !current.stale) current.nodes[0].data = current.text; });
+      c.text = m.text;
+      // Stream into the block's first text node (next frame); the rest follows at the end.
+      soon(() => { if (showing === "translation" && !c.stale && inflight.get(c.id) === c) c.nodes[0].data = c.text; });
     } else if (m.type === "done" || m.type === "error") {
       flush();
-      const c = current;
+      inflight.delete(c.id);
+      if (m.type === "done") { stats.requests += m.requests ?? 0; if (m.cached) stats.cached++; if (m.same) stats.same++; }
+      if (c.block.attr) return attrDone(c, m);
       // The page changed the block's text meanwhile (stale), or another language was asked for:
       // this translation is of the past. See watch.js for where the block goes.
       const where = watch.after(c.block, m, { stale: c.stale, otherTarget: m.type === "done" && !!stats.target && m.target !== stats.target });
@@ -150,15 +223,16 @@
         // not be finished.
         c.text = m.text;
         const originals = c.nodes.map((n) => original.get(n));
-        if (m.text === c.sent + MARK || !m.text.trim()) {
+        if (m.same) {
+          // Already in the target language: the page's own text, exactly.
+          write(c.nodes, c.nodes.map((n) => original.get(n)));
+        } else if (m.text === c.sent + MARK || !m.text.trim()) {
           // Nothing of it could be finished: the page's own text, exactly, and the mark.
           if (m.text.trim()) originals[originals.length - 1] = originals[originals.length - 1].trimEnd() + MARK;
           write(c.nodes, originals);
         } else write(c.nodes, distribute(c.nodes, c.text));
         stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
       } else restore(c.nodes);
-      current = null;
-      running = false;
       // "stop": every block would fail the same way: keep them (this one first) for "translate".
       if (where === "stop") stopped = true;
       if (where === "stop" || where === "front") queue.unshift(c.block);
@@ -167,37 +241,62 @@
     }
   }
 
+  // An attribute's (or the title's) answer: written whole, or left as it was.
+  function attrDone(c, m) {
+    const a = c.block.attr;
+    if (m.type === "done" && m.text.trim() && m.complete !== false && attrOriginal.has(a)) {
+      c.block.target = m.target;
+      attrBlocks.add(c.block);
+      attrTranslated.set(a, m.same ? attrOriginal.get(a) : m.text);
+      soon(() => { if (showing === "translation" && attrTranslated.has(a)) writeAttr(a, attrTranslated.get(a)); });
+      stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
+    } else if (m.type === "error") {
+      stats.error = m.message;
+      stats.errorCode = m.code ?? null;
+      stats.errorFatal = !!m.fatal;
+      if (m.fatal) { stopped = true; queue.unshift(c.block); }
+    }
+    pump();
+  }
+
+  // The page's data-tildeopen attribute: translating, translated, error or original.
+  function status() {
+    const root = document.documentElement;
+    if (showing !== "translation") return;
+    if (stopped) { if (!inflight.size) root.setAttribute("data-tildeopen", "error"); return; }
+    if (inflight.size || queue.length) root.setAttribute("data-tildeopen", "translating");
+    else if (stats.blocks && !writes.length) {
+      root.setAttribute("data-tildeopen", "translated");
+      // How many text nodes the script keeps (their originals): follows the page's live text.
+      root.setAttribute("data-tildeopen-nodes", String(original.size));
+    }
+  }
+
   let nextId = 1;
   function pump() {
     if (showing !== "translation") return;
-    if (stopped) {
-      if (!running) document.documentElement.setAttribute("data-tildeopen", "error");
-      return;
-    }
-    if (running || !queue.length) {
-      if (!running && !queue.length && stats.blocks) {
-        document.documentElement.setAttribute("data-tildeopen", showing === "translation" ? "translated" : "original");
-        // How many text nodes the script keeps (their originals): follows the page's live text.
-        document.documentElement.setAttribute("data-tildeopen-nodes", String(original.size));
+    while (!stopped && inflight.size < limit && queue.length) {
+      const b = nextBlock();
+      if (!b.el.isConnected) continue;
+      if (!b.attr) {
+        b.nodes = b.nodes.filter((n) => original.has(n));
+        if (!b.nodes.length) continue;
       }
-      return;
+      const text = sourceOf(b);
+      if (!text) continue;
+      if (!port) connect();
+      const c = { id: nextId++, block: b, el: b.el, nodes: b.nodes, text: "", sent: text, stale: false };
+      inflight.set(c.id, c);
+      port.postMessage({ type: "block", id: c.id, text, target: stats.target, lang: langOf(b) });
     }
-    const b = queue.shift();
-    b.nodes = b.nodes.filter((n) => original.has(n));
-    if (!b.el.isConnected || !b.nodes.length) return pump();
-    const text = b.nodes.map((n) => original.get(n)).join("").replace(/\s+/g, " ").trim();
-    if (!text) return pump();
-    if (!port) connect();
-    running = true;
-    document.documentElement.setAttribute("data-tildeopen", "translating");
-    current = { id: nextId++, block: b, el: b.el, nodes: b.nodes, text: "", sent: text, stale: false };
-    port.postMessage({ type: "block", id: current.id, text, target: stats.target });
+    if (writes.length) return; // status() runs after the frame's writes
+    status();
   }
 
   // Forgets text nodes the page has removed (a feed or a clock re-rendering), so memory follows
   // what is on the page, not everything it ever showed.
   function prune() {
-    const live = (n) => n.isConnected || current?.nodes.includes(n);
+    const live = (n) => n.isConnected || [...inflight.values()].some((c) => c.nodes.includes(n));
     for (const n of original.keys()) if (!live(n)) { original.delete(n); translated.delete(n); }
     queue = queue.filter((b) => b.el.isConnected);
   }
@@ -205,6 +304,13 @@
   function enqueue(root) {
     prune();
     for (const b of collect(root)) {
+      if (b.attr) {
+        attrOriginal.set(b.attr, attrValue(b.attr));
+        b.counted = true;
+        queue.push(b);
+        stats.blocks++;
+        continue;
+      }
       b.nodes = b.nodes.filter((n) => !queued.has(n));
       if (!b.nodes.length) continue;
       for (const n of b.nodes) { queued.add(n); original.set(n, n.data); blockOf.set(n, b); }
@@ -217,7 +323,7 @@
 
   // Queues a block again (at the back), counted once in `blocks` until it is done.
   function later(b) {
-    if (b.left || !b.el.isConnected || queue.includes(b) || current?.block === b) return;
+    if (b.left || !b.el.isConnected || queue.includes(b) || inFlightBlock(b)) return;
     if (!b.counted) { b.counted = true; stats.blocks++; }
     queue.push(b);
     pump();
@@ -228,7 +334,7 @@
     for (const n of b.nodes) translated.delete(n);
     b.target = null;
     quietly(() => b.nodes.forEach((n) => { if (original.has(n)) n.data = original.get(n); }));
-    if (current?.block === b) current.stale = true;
+    for (const c of inflight.values()) if (c.block === b) c.stale = true;
   }
 
   /** Another language is asked for: the block is queued to be translated anew. */
@@ -282,14 +388,22 @@
         if (b && b.target !== stats.target) stale.add(b);
       }
       screenFirst([...stale].filter((b) => b.el.isConnected)).forEach(requeue);
+      for (const b of [...attrBlocks]) {
+        if (b.target === stats.target) continue;
+        attrBlocks.delete(b);
+        attrTranslated.delete(b.attr);
+        b.target = null;
+        quietly(() => writeAttr(b.attr, attrOriginal.get(b.attr)));
+        later(b);
+      }
     }
-    quietly(() => { for (const [n, t] of translated) n.data = t; });
+    quietly(() => { for (const [n, t] of translated) n.data = t; for (const [a, t] of attrTranslated) writeAttr(a, t); });
     enqueue(document.body);
   }
 
   function showOriginal() {
     showing = "original"; // the queue waits (pump() sends nothing) until "translate" again
-    quietly(() => { for (const [n, o] of original) n.data = o; });
+    quietly(() => { for (const [n, o] of original) n.data = o; for (const [a, o] of attrOriginal) writeAttr(a, o); });
     document.documentElement.setAttribute("data-tildeopen", "original");
   }
 
@@ -339,7 +453,7 @@
     if (m.type === "translate") translatePage(m.target);
     else if (m.type === "show-original") showOriginal();
     else if (m.type === "translate-selection") translateSelection(m.text);
-    reply({ showing, ...stats, queued: queue.length });
+    reply({ showing, ...stats, queued: queue.length, inFlight: inflight.size });
   });
 
   // Pages cannot start work: translation starts only from the popup, the context menu or the
@@ -361,12 +475,14 @@
       if (m.type === "error") box.textContent = m.message;
       if (m.type === "done" || m.type === "error") p.disconnect();
     });
-    p.postMessage({ type: "block", id: 0, text });
+    // The user's own request: ahead of every page's queue.
+    p.postMessage({ type: "block", id: 0, text, user: true });
   }
 
   // Settings come from the service worker (it merges the baked-in defaults, and chrome.storage
   // is closed to content scripts: see background.js).
   chrome.runtime.sendMessage({ type: "settings" }).then((s) => {
+    if (s?.parallel >= 1) limit = Math.min(32, s.parallel | 0);
     if (s?.autoTranslate) translatePage(s.target);
   }).catch(() => {});
 })();

@@ -29,10 +29,18 @@ async function describe(st) {
     const last = await chrome.runtime.sendMessage({ type: "last-error" }).catch(() => null);
     if (last?.detail && last.code === st.errorCode) error += `\n${last.detail}`;
   }
-  return error ? error : `${load}${st.done} of ${st.blocks} blocks translated ${rate}`;
+  const saved = st.cached ? `, ${st.cached} from saved translations` : "";
+  return error ? error : `${load}${st.done} of ${st.blocks} blocks translated${saved} ${rate}`;
 }
 $("target").onchange = () => setSettings({ target: $("target").value });
 $("translate").onclick = () => update({ type: "translate", target: $("target").value });
 $("original").onclick = () => update({ type: "show-original" });
+// The translation memory (IndexedDB in the service worker): its size on the button, emptied on click.
+async function memorySize() {
+  const r = await chrome.runtime.sendMessage({ type: "memory-size" }).catch(() => null);
+  $("forget").textContent = `Forget saved translations${r ? ` (${r.entries})` : ""}`;
+}
+$("forget").onclick = async () => { await chrome.runtime.sendMessage({ type: "clear-memory" }).catch(() => null); memorySize(); };
+memorySize();
 setInterval(() => update({ type: "status" }), 1000);
 update({ type: "status" });

@@ -2,7 +2,7 @@
 import DEFAULTS from "./defaults.js";
 
 export async function getSettings() {
-  const s = await chrome.storage.local.get(["modelUrl", "target", "source", "glossary", "autoTranslate", "maxTokens"]);
+  const s = await chrome.storage.local.get(["modelUrl", "target", "source", "glossary", "autoTranslate", "maxTokens", "parallel"]);
   return { ...DEFAULTS, ...Object.fromEntries(Object.entries(s).filter(([, v]) => v !== undefined && v !== "")) };
 }
 

@@ -2,41 +2,60 @@
 // engine that is dropped when its device is lost, load failures remembered for a while, and
 // error messages fit for a page (no URLs). Pure logic, tested with node (tests/web/share-test.mjs).
 
-/** Turns between clients (the ports of the tabs): `run(client, f)` queues `f` and resolves to its
- *  result; one `f` runs at a time, and after each the next client in rotation goes, so a client
- *  that queues request after request (a long block split in parts) does not keep the others
- *  waiting for all of them. `drop(client, error)` rejects what that client still has queued. */
-export function turns() {
+/** Turns between clients (the ports of the tabs): `run(client, f, { first })` queues `f` and
+ *  resolves to its result; up to `limit` run at once (the engine's parallel slots), and each
+ *  freed place goes to the next client in rotation, so a client that queues request after
+ *  request (a long block split in parts, a whole page) does not keep the others waiting for all
+ *  of them. `first`: the user's own request (a selection) goes before every queued one.
+ *  `setLimit(n)`: places from now on. `drop(client, error)` rejects what that client still has
+ *  queued. */
+export function turns(limit = 1) {
   const waiting = new Map(); // client -> [{ f, ok, err }]; insertion order is the rotation
-  let busy = false;
+  const urgent = []; // jobs with `first`, in order
+  let busy = 0;
   function next() {
-    if (busy) return;
-    const first = waiting.entries().next();
-    if (first.done) return;
-    const [client, jobs] = first.value;
-    const job = jobs.shift();
-    waiting.delete(client);
-    if (jobs.length) waiting.set(client, jobs); // to the back of the rotation
-    busy = true;
-    Promise.resolve().then(job.f).then(job.ok, job.err).finally(() => {
-      busy = false;
-      // What the client queued while its request ran waits behind the others.
-      const more = waiting.get(client);
-      if (more) { waiting.delete(client); waiting.set(client, more); }
-      next();
-    });
+    while (busy < limit) {
+      let job, client;
+      if (urgent.length) job = urgent.shift();
+      else {
+        const first = waiting.entries().next();
+        if (first.done) return;
+        let jobs;
+        [client, jobs] = first.value;
+        job = jobs.shift();
+        waiting.delete(client);
+        if (jobs.length) waiting.set(client, jobs); // to the back of the rotation
+      }
+      busy++;
+      Promise.resolve().then(job.f).then(job.ok, job.err).finally(() => {
+        busy--;
+        // What the client queued while its request ran waits behind the others.
+        const more = client !== undefined && waiting.get(client);
+        if (more) { waiting.delete(client); waiting.set(client, more); }
+        next();
+      });
+    }
   }
   return {
-    run(client, f) {
+    run(client, f, { first = false } = {}) {
       return new Promise((ok, err) => {
-        if (!waiting.has(client)) waiting.set(client, []);
-        waiting.get(client).push({ f, ok, err });
+        if (first) urgent.push({ f, ok, err, client });
+        else {
+          if (!waiting.has(client)) waiting.set(client, []);
+          waiting.get(client).push({ f, ok, err });
+        }
         next();
       });
     },
+    setLimit(n) {
+      limit = Math.max(1, n | 0);
+      next();
+    },
+    get limit() { return limit; },
     drop(client, error = new Error("disconnected")) {
       const jobs = waiting.get(client) ?? [];
       waiting.delete(client);
+      for (let i = urgent.length - 1; i >= 0; i--) if (urgent[i].client === client) jobs.push(...urgent.splice(i, 1));
       for (const j of jobs) j.err(error);
     },
   };
