@@ -105,12 +105,13 @@ fn extension_follows_page_edits_languages_and_load_failures() {
     println!("{v}");
     assert!(v.get("failure").is_none(), "page failed: {}", v["failure"]);
 
-    // The failed load stops the queue at the first block: all 3 blocks still queued, none sent
+    // The failed load stops the queue at the first blocks (up to "blocks at once" were sent
+    // together): all 4 blocks (3 paragraphs and the document's title) still queued, none sent
     // again, the page's text untouched.
     let f = &v["afterFailure"];
     assert!(v["stopped"].as_bool().unwrap(), "the queue did not stop: {f}");
     assert!(v["untouched"].as_bool().unwrap());
-    assert_eq!((f["blocks"].as_u64(), f["queued"].as_u64(), f["done"].as_u64()), (Some(3), Some(3), Some(0)), "{f}");
+    assert_eq!((f["blocks"].as_u64(), f["queued"].as_u64(), f["done"].as_u64()), (Some(4), Some(4), Some(0)), "{f}");
     assert_eq!((f["errorCode"].as_str(), f["errorFatal"].as_bool()), (Some("load_failed"), Some(true)), "{f}");
     // What the page can see of it: a generic message with the code, no URL, no signature.
     let overlay = v["overlay"].as_str().unwrap();
@@ -136,8 +137,8 @@ fn extension_follows_page_edits_languages_and_load_failures() {
     assert!(v["bRetranslated"].as_bool().unwrap(), "{}", v["bTranslated"]);
     assert_ne!(v["bTranslated"], v["lv"]["b"], "the old translation was written back");
     assert_eq!(v["editsSent"], 2, "each edited block sent once more");
-    // Another target language: all 3 blocks translated again; the same one again sends nothing.
-    assert!(v["deDone"].as_bool().unwrap() && v["deSent"] == 3, "blocks sent for de: {}", v["deSent"]);
+    // Another target language: all 4 blocks translated again; the same one again sends nothing.
+    assert!(v["deDone"].as_bool().unwrap() && v["deSent"] == 4, "blocks sent for de: {}", v["deSent"]);
     assert_eq!(v["deAgainSent"], 0);
     assert_eq!(v["finalOriginal"], serde_json::json!({"a": "Shop closes.", "b": "Fresh rolls.", "c": "Cakes daily."}));
     // A clock rewritten every 100 ms from the moment its block is sent: the two blocks after it are
@@ -201,4 +202,73 @@ fn requests_share_passes_and_queue_in_order() {
     // aborted stream frees its slot for the next pass and the others finish whole; request
     // errors are thrown at once; a lost device fails every request, unload() fails the rest.
     node_test("scheduler-test.mjs", "scheduler.js: ok");
+}
+
+#[test]
+fn the_translation_memory_is_bounded_and_keyed() {
+    // memory.js: a translation met again comes from the memory; model, languages and glossary
+    // are part of the key; past the bound the least recently used go first; a failing store
+    // (storage blocked, quota) only misses.
+    node_test("memory-test.mjs", "memory.js: ok");
+}
+
+/// Builds the extension into `root/extension` with `flags`, plus the test-only bridge (a
+/// content script relaying the page's requests, a service-worker part sending them to the tab as
+/// the popup does).
+fn build_with_bridge(root: &std::path::Path, flags: &[&str]) -> std::path::PathBuf {
+    let ext = root.join("extension");
+    let st = Command::new(repo().join("scripts/build-extension")).args(["--out", ext.to_str().unwrap()]).args(flags).status().unwrap();
+    assert!(st.success());
+    for f in ["ext-bridge.js", "ext-driver.js"] {
+        std::fs::copy(repo().join("tests/web").join(f), ext.join(f)).unwrap();
+    }
+    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ext.join("manifest.json")).unwrap()).unwrap();
+    manifest["content_scripts"].as_array_mut().unwrap().push(serde_json::json!({"matches": ["<all_urls>"], "js": ["ext-bridge.js"], "run_at": "document_start"}));
+    std::fs::write(ext.join("manifest.json"), manifest.to_string()).unwrap();
+    let bg = std::fs::read_to_string(ext.join("background.js")).unwrap();
+    std::fs::write(ext.join("background.js"), bg + "\nimport \"./ext-driver.js\";\n").unwrap();
+    ext
+}
+
+#[test]
+fn the_page_pipeline_orders_remembers_and_detects() {
+    // A page without `lang`, mostly German, one Latvian paragraph, attributes, skipped inline
+    // content and 12 paragraphs a few screens down; 2 blocks at once.
+    let web = WebRoot::new("tildeopen-ext-pipeline", &[]);
+    let model = format!("{}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf", web.base);
+    let ext = build_with_bridge(&web.root, &["--model", &model, "--auto", "--max-tokens", "24", "--parallel", "2"]);
+    let v = web.open_n(
+        &format!("{}/repo/tests/web/pipeline.html?pass=1", web.base),
+        &[format!("--load-extension={}", ext.display()), format!("--disable-extensions-except={}", ext.display())],
+        Duration::from_secs(600),
+        "the page never reported both passes",
+        2,
+    );
+    let (p1, p2) = (&v[0], &v[1]);
+    println!("pass 1: {p1}\npass 2: {p2}");
+    for p in [p1, p2] {
+        assert!(p.get("failure").is_none(), "page failed: {}", p["failure"]);
+        let s = &p["status"];
+        // German detected (no lang on the page), the Latvian paragraph left exactly as it was.
+        assert!(s["sources"]["de"].as_u64().unwrap_or(0) >= 13, "sources: {}", s["sources"]);
+        assert!(s["same"].as_u64().unwrap() >= 1, "{s}");
+        assert_eq!(p["lv"]["before"], p["lv"]["after"], "a block in the target language was changed");
+        // Every other paragraph translated; kbd, samp, var and .notranslate untouched.
+        assert_eq!(p["translated"].as_array().unwrap().len(), 14, "{}", p["translated"]);
+        assert_eq!(p["skipped"], serde_json::json!(["Ctrl", "OK", "x", "Brand Name"]));
+        // title, alt, placeholder, aria-label and the document title translated, and restored.
+        for k in ["title", "alt", "placeholder", "aria", "doc"] {
+            assert_ne!(p["attrs"][k], p["attrsBefore"][k], "{k} not translated");
+        }
+        assert!(p["restoredAttrs"].as_bool().unwrap() && p["restoredText"].as_bool().unwrap());
+        // The first screen's blocks change before any block below it.
+        assert!(p["firstScreenFirst"].as_bool().unwrap(), "{p}");
+    }
+    // Pass 1: the user's selection finished while most blocks below were still waiting.
+    assert!(p1["selectionBeforeBlocks"].as_u64().unwrap() >= 6, "the selection waited for the page: {}", p1["selectionBeforeBlocks"]);
+    assert!(p1["status"]["requests"].as_u64().unwrap() > 0);
+    // Pass 2 (the page reloaded): every block from the translation memory, no engine request.
+    let s2 = &p2["status"];
+    assert_eq!(s2["requests"], 0, "{s2}");
+    assert_eq!(s2["cached"].as_u64().unwrap() + s2["same"].as_u64().unwrap(), s2["done"].as_u64().unwrap(), "{s2}");
 }

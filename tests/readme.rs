@@ -56,7 +56,8 @@ const TABLE: &[(&str, How)] = &[
     ("tildeopen fetch", Run(".gguf")),
     ("scripts/build-web", By("scripts/test", "scripts/build-web")),
     ("npm pack ./www", By("tests/npm.rs", r#""pack", "./www""#)),
-    ("scripts/build-extension --model https://host/TildeOpen-30b-Q4_K_M.gguf --target lv", By("scripts/build-extension", "--target")),
+    ("scripts/build-extension --model https://host/TildeOpen-30b-Q4_K_M.gguf --target lv --parallel 8", By("tests/extension.rs", r#""--parallel", "2""#)),
+    ("scripts/page-bench --parallel 1,8", Bench),
     ("curl -s localhost:8080/ping", Curl(r#""status":"ok""#)),
     (
         r#"curl -s localhost:8080/invocations -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"What is the capital of Latvia?"}],"temperature":0}'"#,

@@ -540,3 +540,79 @@ fn batch_transform_order_errors_join_and_resume() {
     assert!(all.iter().all(|v| v["SageMakerOutput"]["object"] == "chat.completion"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `POST` with a content type; the status, the content type and the body as text.
+fn post_as(url: &str, content_type: &str, body: &str) -> (u16, String, String) {
+    let r = match ureq::post(url).set("Content-Type", content_type).send_string(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{url}: {e}"),
+    };
+    let (status, ct) = (r.status(), r.header("content-type").unwrap_or("").to_string());
+    (status, ct, r.into_string().unwrap())
+}
+
+/// SageMaker's side of the server: MultiRecord payloads of 1, 3 and 50 JSON Lines records (any
+/// of the content types the platform sends) answered one line per record, in order, each equal
+/// to the record sent alone; a malformed and a too-long record in the middle become error lines
+/// and the rest are answered; a payload takes a queue place per record (over the bound: 413);
+/// `/execution-parameters`; and one model id in `/v1/models`, completions and chunks.
+#[test]
+fn multirecord_payloads_and_execution_parameters() {
+    let s = start(&["--parallel", "4", "--max-queue", "60", "--max-body-bytes", "3145728"]);
+    let inv = format!("{}/invocations", s.base);
+    let v: serde_json::Value = ureq::get(&format!("{}/execution-parameters", s.base)).call().unwrap().into_json().unwrap();
+    assert_eq!(v, serde_json::json!({"MaxConcurrentTransforms": 4, "BatchStrategy": "MultiRecord", "MaxPayloadInMB": 3}));
+    let models: serde_json::Value = ureq::get(&format!("{}/v1/models", s.base)).call().unwrap().into_json().unwrap();
+    assert_eq!(models["data"][0]["id"], "tiny-test");
+
+    let record = |i: usize| format!(r#"{{"messages":[{{"role":"user","content":"Record {i}: tell me about bread and cakes."}}],"max_tokens":{},"temperature":0}}"#, 3 + i % 4);
+    let alone: Vec<serde_json::Value> = (0..50).map(|i| post(&inv, &record(i)).1).collect();
+    for a in &alone {
+        assert_eq!(a["object"], "chat.completion");
+        assert_eq!(a["model"], "tiny-test");
+    }
+    let content = |v: &serde_json::Value| (v["choices"][0]["message"]["content"].clone(), v["usage"].clone());
+    // One record: today's answer, a chat.completion object.
+    let (st, ct, body) = post_as(&inv, "application/jsonlines", &format!("{}\n", record(0)));
+    assert_eq!((st, ct.as_str()), (200, "application/json"));
+    assert_eq!(content(&serde_json::from_str(&body).unwrap()), content(&alone[0]));
+    // 3 and 50 records, as the platform sends them.
+    for (n, ct_in) in [(3, "application/jsonlines"), (50, "application/x-jsonlines"), (3, "application/json")] {
+        let payload: String = (0..n).map(|i| record(i) + "\n").collect();
+        let (st, ct, body) = post_as(&inv, ct_in, &payload);
+        assert_eq!((st, ct.as_str()), (200, "application/jsonlines"), "{body}");
+        let lines: Vec<serde_json::Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), n);
+        for (i, l) in lines.iter().enumerate() {
+            assert_eq!(content(l), content(&alone[i]), "{n} records ({ct_in}): record {i}");
+        }
+    }
+    // A malformed line and a record over the context (128 tokens) in the middle: error lines.
+    let long = format!(r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#, "bread and cakes ".repeat(200));
+    let payload = [record(0), "{not json".into(), long, record(1)].join("\r\n");
+    let (st, _, body) = post_as(&inv, "application/jsonlines", &payload);
+    assert_eq!(st, 200, "{body}");
+    let lines: Vec<serde_json::Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    assert_eq!(content(&lines[0]), content(&alone[0]));
+    assert_eq!(lines[1]["error"]["type"], "invalid_request_error", "{}", lines[1]);
+    assert_eq!(lines[2]["error"]["code"], "context_length_exceeded", "{}", lines[2]);
+    assert_eq!(content(&lines[3]), content(&alone[1]));
+    // Bounds: more records than the queue takes is refused whole; the body limit holds.
+    let payload: String = (0..61).map(|i| record(i) + "\n").collect();
+    let (st, _, body) = post_as(&inv, "application/jsonlines", &payload);
+    assert_eq!(st, 413, "{body}");
+    assert!(body.contains("at most 60 per payload"), "{body}");
+    let big = format!("{}\n{}", record(0), "x".repeat(3 << 20));
+    assert_eq!(post_as(&inv, "application/jsonlines", &big).0, 413);
+    // A pretty-printed single request is one request, not records.
+    let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&record(2)).unwrap()).unwrap();
+    let (st, ct, body) = post_as(&inv, "application/json", &pretty);
+    assert_eq!((st, ct.as_str()), (200, "application/json"), "{body}");
+    assert_eq!(content(&serde_json::from_str(&body).unwrap()), content(&alone[2]));
+    // Chunks name the same model.
+    let chunks = sse(&inv, r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"stream":true}"#);
+    let first: serde_json::Value = serde_json::from_str(&chunks[0]).unwrap();
+    assert_eq!(first["model"], "tiny-test");
+}

@@ -143,6 +143,18 @@ pub fn software_note(info: &wgpu::AdapterInfo) {
 }
 
 /// The `model` name responses carry: the GGUF's file stem or the checkpoint directory's name.
+/// The name responses carry, known before anything is loaded or fetched: `--model-name`, else
+/// the model file's stem (a folder's name), else the default model's.
+pub fn served_name(c: &Common, name: Option<String>) -> String {
+    if let Some(n) = name {
+        return n;
+    }
+    if c.model.is_none() && !Path::new(SAGEMAKER_MODEL_DIR).is_dir() {
+        return model_name(Path::new(fetch::DEFAULT_FILE));
+    }
+    model_path(c).map(|p| model_name(&p)).unwrap_or_else(|_| "tildeopen".into())
+}
+
 pub fn model_name(path: &Path) -> String {
     let p = if path.is_dir() { path.file_name() } else { path.file_stem() };
     p.and_then(|s| s.to_str()).unwrap_or("tildeopen").to_string()

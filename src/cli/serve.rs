@@ -87,8 +87,21 @@ pub fn run(cmd: ServeCmd) -> Result<()> {
             };
             let host = host.unwrap_or_else(|| if sagemaker { "0.0.0.0" } else { "127.0.0.1" }.to_string());
             let read_timeout = std::time::Duration::from_secs(read_timeout.max(1));
-            let opts = tildeopen::serve::server::ServeOptions { host, port, max_body_bytes, allowed_origins, api_key, max_queue, read_timeout, max_connections };
-            tildeopen::serve::server::serve(opts, move || engine_named(&common, model_name, parallel), |addr| {
+            // One name from the start (`/v1/models` answers it while the model loads).
+            let name = super::served_name(&common, model_name);
+            let opts = tildeopen::serve::server::ServeOptions {
+                host,
+                port,
+                max_body_bytes,
+                allowed_origins,
+                api_key,
+                max_queue,
+                read_timeout,
+                max_connections,
+                model_name: name.clone(),
+                parallel,
+            };
+            tildeopen::serve::server::serve(opts, move || engine_named(&common, Some(name), parallel), |addr| {
                 eprintln!("listening on http://{addr}");
             })?;
         }

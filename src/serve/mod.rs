@@ -5,4 +5,5 @@
 //! May use: [`crate::chat`] and below. Nothing imports it but the CLI.
 
 pub mod batch;
+mod records;
 pub mod server;

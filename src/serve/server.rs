@@ -33,7 +33,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Server settings.
@@ -54,6 +54,11 @@ pub struct ServeOptions {
     pub read_timeout: std::time::Duration,
     /// Connections served at once; more are closed as they arrive.
     pub max_connections: usize,
+    /// The `model` of `/v1/models`, completions and chunks, from the start (before the model
+    /// has loaded).
+    pub model_name: String,
+    /// Requests answered at once (what `/execution-parameters` offers Batch Transform).
+    pub parallel: usize,
 }
 
 /// The most requests waiting for a slot by default.
@@ -170,7 +175,7 @@ async fn guard(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Res
         let essence = ct.split(';').next().unwrap_or("").trim();
         // JSON, or one JSON line as SageMaker Batch Transform sends a record of a JSON-lines
         // file: none of these is a type a page may send without a CORS preflight.
-        if !["application/json", "application/jsonlines", "application/x-ndjson"].iter().any(|t| essence.eq_ignore_ascii_case(t)) {
+        if !["application/json", "application/jsonlines", "application/x-jsonlines", "application/x-ndjson"].iter().any(|t| essence.eq_ignore_ascii_case(t)) {
             return cors(deny(415, "unsupported_media_type", format!("request bodies must be application/json, not {ct:?}")));
         }
         // The whole body within read_timeout and max_body bytes, before any handler: a client
@@ -253,47 +258,48 @@ async fn serve_connections(listener: tokio::net::TcpListener, app: Router, max_c
     Ok(())
 }
 
-enum Reply {
+pub(super) enum Reply {
     Error(ApiError),
     Completion(Box<ChatCompletion>),
     Chunk(Box<ChatCompletionChunk>),
     Done,
 }
 
-struct Job {
-    prepared: Prepared,
-    stream: bool,
-    tx: mpsc::UnboundedSender<Reply>,
+pub(super) struct Job {
+    pub(super) prepared: Prepared,
+    pub(super) stream: bool,
+    pub(super) tx: mpsc::UnboundedSender<Reply>,
 }
 
-struct AppState {
+pub(super) struct AppState {
     ready: AtomicBool,
     /// The worker has stopped (a lost device, a GPU error, a panic outside a request).
     dead: AtomicBool,
-    model: Mutex<String>,
+    pub(super) model: String,
+    parallel: usize,
     /// Turns requests into prompts off the model thread (set once the model is loaded).
-    prompter: std::sync::OnceLock<Prompter>,
-    jobs: std::sync::mpsc::Sender<Job>,
+    pub(super) prompter: std::sync::OnceLock<Prompter>,
+    pub(super) jobs: std::sync::mpsc::Sender<Job>,
     /// Requests past the queue check and not yet given a slot: being prepared, or sent to the
     /// worker and waiting (the place is taken before preparing, so at most `max_queue`).
-    waiting: Arc<AtomicUsize>,
-    max_queue: usize,
+    pub(super) waiting: Arc<AtomicUsize>,
+    pub(super) max_queue: usize,
     /// Requests being parsed, rendered and tokenized at once (about one per core): a flood of
     /// big bodies queues here instead of filling the blocking pool.
-    preparing: Arc<tokio::sync::Semaphore>,
+    pub(super) preparing: Arc<tokio::sync::Semaphore>,
     access: Access,
     /// Largest request body in bytes.
-    max_body: usize,
+    pub(super) max_body: usize,
     read_timeout: std::time::Duration,
 }
 
 /// A place in the queue, given back when dropped unless the worker took the job (which then
 /// gives it back when the job gets a slot): a request refused, failed or abandoned by its
 /// client while being prepared frees its place.
-struct Place(Arc<AtomicUsize>, bool);
+pub(super) struct Place(pub(super) Arc<AtomicUsize>, pub(super) bool);
 
 impl Place {
-    fn handed_over(mut self) {
+    pub(super) fn handed_over(mut self) {
         self.1 = false;
     }
 }
@@ -306,18 +312,37 @@ impl Drop for Place {
     }
 }
 
-fn server_error(status: u16, code: &str, message: String) -> ApiError {
+pub(super) fn server_error(status: u16, code: &str, message: String) -> ApiError {
     ApiError { status, message, kind: "server_error".into(), param: None, code: Some(code.into()) }
 }
 
-fn error_response(e: &ApiError) -> Response {
+pub(super) fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, Json(e.body())).into_response()
 }
 
-fn unavailable() -> Response {
+/// 503 while the model loads, with `Retry-After` (clients and SageMaker retry).
+pub(super) fn unavailable() -> Response {
     let e = ApiError { status: 503, message: "the model is still loading".into(), kind: "server_error".into(), param: None, code: Some("loading".into()) };
-    error_response(&e)
+    let mut r = error_response(&e);
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    r
+}
+
+/// 503 `overloaded` with `Retry-After`: `n` more requests would pass the queue bound.
+pub(super) fn overloaded(max_queue: usize) -> Response {
+    let mut r = error_response(&server_error(503, "overloaded", format!("{max_queue} requests are already waiting; retry later")));
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// The checks before a request is taken: the worker alive, the model loaded. Returns the
+/// prompter.
+pub(super) fn ready(st: &AppState) -> std::result::Result<Prompter, Response> {
+    if st.dead.load(Ordering::Acquire) {
+        return Err(error_response(&server_error(503, "unhealthy", "the model worker has stopped".into())));
+    }
+    st.prompter.get().cloned().filter(|_| st.ready.load(Ordering::Acquire)).ok_or_else(unavailable)
 }
 
 async fn ping(State(st): State<Arc<AppState>>) -> Response {
@@ -331,30 +356,50 @@ async fn ping(State(st): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// The one model, by the name given at start (known before it loads: never empty).
 async fn models(State(st): State<Arc<AppState>>) -> Response {
-    let name = st.model.lock().unwrap().clone();
-    Json(serde_json::json!({"object": "list", "data": [{"id": name, "object": "model", "created": crate::util::unix_time(), "owned_by": "tildeopen"}]}))
+    Json(serde_json::json!({"object": "list", "data": [{"id": st.model, "object": "model", "created": crate::util::unix_time(), "owned_by": "tildeopen"}]}))
         .into_response()
+}
+
+/// What SageMaker Batch Transform asks for when a job leaves them unset: requests at once (the
+/// parallel slots), records packed into one request (MultiRecord), and the payload size the body
+/// limit takes (whole MB, 1 to 100).
+async fn execution_parameters(State(st): State<Arc<AppState>>) -> Response {
+    let mb = (st.max_body >> 20).clamp(1, 100);
+    Json(serde_json::json!({"MaxConcurrentTransforms": st.parallel, "BatchStrategy": "MultiRecord", "MaxPayloadInMB": mb})).into_response()
+}
+
+/// A body the extractor refused (too large, unreadable): its status and reason.
+pub(super) fn rejected(rej: BytesRejection) -> Response {
+    let status = rej.status().as_u16();
+    error_response(&ApiError { status, message: rej.body_text(), kind: "invalid_request_error".into(), param: None, code: None })
+}
+
+/// `/invocations`: one request as `/v1/chat/completions` takes it, or a MultiRecord payload of
+/// JSON Lines records (see `records.rs`).
+async fn invocations(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rej) => return rejected(rej),
+    };
+    match super::records::split(&body) {
+        Some(lines) => super::records::answer(st, lines).await,
+        None => chat(State(st), Ok(body)).await,
+    }
 }
 
 async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, BytesRejection>) -> Response {
     let body = match body {
         Ok(b) => b,
-        Err(rej) => {
-            let status = rej.status().as_u16();
-            return error_response(&ApiError { status, message: rej.body_text(), kind: "invalid_request_error".into(), param: None, code: None });
-        }
+        Err(rej) => return rejected(rej),
     };
-    if st.dead.load(Ordering::Acquire) {
-        return error_response(&server_error(503, "unhealthy", "the model worker has stopped".into()));
-    }
-    let Some(prompter) = st.prompter.get().cloned().filter(|_| st.ready.load(Ordering::Acquire)) else {
-        return unavailable();
+    let prompter = match ready(&st) {
+        Ok(p) => p,
+        Err(r) => return r,
     };
     if st.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < st.max_queue).then_some(w + 1)).is_err() {
-        let mut r = error_response(&server_error(503, "overloaded", format!("{} requests are already waiting; retry later", st.max_queue)));
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return r;
+        return overloaded(st.max_queue);
     }
     let place = Place(st.waiting.clone(), true);
     let Ok(permit) = st.preparing.clone().acquire_owned().await else {
@@ -550,7 +595,8 @@ pub fn serve(
         let state = Arc::new(AppState {
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
-            model: Mutex::new(String::new()),
+            model: opts.model_name.clone(),
+            parallel: opts.parallel.max(1),
             prompter: std::sync::OnceLock::new(),
             jobs: jobs_tx,
             waiting: waiting.clone(),
@@ -576,7 +622,6 @@ pub fn serve(
                 let guard = Dead(st.clone(), fail_tx.clone());
                 match load() {
                     Ok(eng) => {
-                        *st.model.lock().unwrap() = eng.model_name().to_string();
                         let _ = st.prompter.set(eng.prompter());
                         st.ready.store(true, Ordering::Release);
                         eprintln!(
@@ -601,7 +646,8 @@ pub fn serve(
         let app = Router::new()
             .route("/ping", get(ping))
             .route("/health", get(ping))
-            .route("/invocations", post(chat))
+            .route("/invocations", post(invocations))
+            .route("/execution-parameters", get(execution_parameters))
             .route("/v1/chat/completions", post(chat))
             .route("/v1/models", get(models))
             .fallback(|req: Request| async move { deny(404, "not_found", format!("no route {} (see /v1/chat/completions, /v1/models, /ping)", req.uri().path())) })

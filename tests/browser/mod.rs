@@ -59,6 +59,11 @@ impl WebRoot {
     /// `timeout` for the page's POST to `/result` and returns it (`what` names the wait in the
     /// failure message).
     pub fn open(&self, url: &str, extra_args: &[String], timeout: Duration, what: &str) -> serde_json::Value {
+        self.open_n(url, extra_args, timeout, what, 1).remove(0)
+    }
+
+    /// [`WebRoot::open`], waiting for `n` results (a page that reloads itself and posts again).
+    pub fn open_n(&self, url: &str, extra_args: &[String], timeout: Duration, what: &str, n: usize) -> Vec<serde_json::Value> {
         let mut args: Vec<String> = [
             "--headless=new",
             "--no-sandbox",
@@ -86,14 +91,14 @@ impl WebRoot {
         let t0 = Instant::now();
         let text = loop {
             if let Ok(t) = std::fs::read_to_string(&self.results) {
-                if t.ends_with('\n') {
+                if t.ends_with('\n') && t.lines().count() >= n {
                     break t;
                 }
             }
             assert!(t0.elapsed() < timeout, "{what} within {timeout:?}: {url}");
             std::thread::sleep(Duration::from_millis(200));
         };
-        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+        text.lines().take(n).map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 }
 

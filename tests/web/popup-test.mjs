@@ -13,6 +13,7 @@ globalThis.setInterval = (f) => { poll = f; return 1; };
 // The content script's answers, and the service worker's `last-error`, released by the test.
 let status = { showing: "translation", blocks: 3, done: 0, tokens: 0, seconds: 0, error: "The model could not be loaded (load_failed)", errorCode: "load_failed", errorFatal: true };
 const lastErrors = [];
+let cleared = 0;
 globalThis.chrome = {
   storage: { local: { get: async () => ({}), set: async () => {} } },
   tabs: {
@@ -24,6 +25,8 @@ globalThis.chrome = {
   },
   runtime: {
     sendMessage: (m) => {
+      if (m.type === "memory-size") return Promise.resolve({ entries: 12 });
+      if (m.type === "clear-memory") { cleared++; return Promise.resolve({ ok: true }); }
       assert.equal(m.type, "last-error");
       return new Promise((ok) => lastErrors.push(() => ok({ code: "load_failed", detail: "HTTP 404 for https://host/model.gguf" })));
     },
@@ -51,5 +54,10 @@ assert.equal(els.status.textContent, "0 of 3 blocks translated ");
 lastErrors.shift()();
 await settle();
 assert.equal(els.status.textContent, "0 of 3 blocks translated ", "a stale poll overwrote the newer status");
+
+// The translation memory: its size on the button; a click empties it.
+assert.equal(els.forget.textContent, "Forget saved translations (12)");
+await els.forget.onclick();
+assert.equal(cleared, 1);
 
 console.log("popup.js: ok");

@@ -32,7 +32,9 @@
   // Set by an error every later block would hit too (the model cannot load): the queue waits
   // until "translate" again instead of trying each block.
   let stopped = false;
-  const stats = { blocks: 0, done: 0, cached: 0, same: 0, requests: 0, tokens: 0, seconds: 0, error: null, errorCode: null, errorFatal: false, loading: null };
+  // requests: engine requests made; cached: blocks answered by the translation memory; same:
+  // blocks left as they were (already in the target language); sources: blocks per source language.
+  const stats = { blocks: 0, done: 0, cached: 0, same: 0, requests: 0, sources: {}, tokens: 0, seconds: 0, error: null, errorCode: null, errorFatal: false, loading: null };
 
   const isInline = (el) => {
     const d = getComputedStyle(el).display;
@@ -206,7 +208,12 @@
     } else if (m.type === "done" || m.type === "error") {
       flush();
       inflight.delete(c.id);
-      if (m.type === "done") { stats.requests += m.requests ?? 0; if (m.cached) stats.cached++; if (m.same) stats.same++; }
+      if (m.type === "done") {
+        stats.requests += m.requests ?? 0;
+        if (m.cached) stats.cached++;
+        if (m.same) stats.same++;
+        if (m.source) stats.sources[m.source] = (stats.sources[m.source] ?? 0) + 1;
+      }
       if (c.block.attr) return attrDone(c, m);
       // The page changed the block's text meanwhile (stale), or another language was asked for:
       // this translation is of the past. See watch.js for where the block goes.
@@ -237,6 +244,9 @@
       if (where === "stop") stopped = true;
       if (where === "stop" || where === "front") queue.unshift(c.block);
       else if (where === "back") later(c.block);
+      // Nodes the page removed while the block was in flight are forgotten now (a re-rendering
+      // ticker would otherwise leave one per block in flight until the next scan).
+      for (const n of c.nodes) if (!n.isConnected) { original.delete(n); translated.delete(n); }
       pump();
     }
   }
