@@ -233,7 +233,7 @@ fn build_with_bridge(root: &std::path::Path, flags: &[&str]) -> std::path::PathB
 #[test]
 fn the_page_pipeline_orders_remembers_and_detects() {
     // A page without `lang`, mostly German, one Latvian paragraph, attributes, skipped inline
-    // content and 12 paragraphs a few screens down; 2 blocks at once.
+    // content and 8 paragraphs a few screens down; 2 blocks at once.
     let web = WebRoot::new("tildeopen-ext-pipeline", &[]);
     let model = format!("{}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf", web.base);
     let ext = build_with_bridge(&web.root, &["--model", &model, "--auto", "--max-tokens", "24", "--parallel", "2"]);
@@ -250,11 +250,11 @@ fn the_page_pipeline_orders_remembers_and_detects() {
         assert!(p.get("failure").is_none(), "page failed: {}", p["failure"]);
         let s = &p["status"];
         // German detected (no lang on the page), the Latvian paragraph left exactly as it was.
-        assert!(s["sources"]["de"].as_u64().unwrap_or(0) >= 13, "sources: {}", s["sources"]);
+        assert!(s["sources"]["de"].as_u64().unwrap_or(0) >= 9, "sources: {}", s["sources"]);
         assert!(s["same"].as_u64().unwrap() >= 1, "{s}");
         assert_eq!(p["lv"]["before"], p["lv"]["after"], "a block in the target language was changed");
         // Every other paragraph translated; kbd, samp, var and .notranslate untouched.
-        assert_eq!(p["translated"].as_array().unwrap().len(), 14, "{}", p["translated"]);
+        assert_eq!(p["translated"].as_array().unwrap().len(), 10, "{}", p["translated"]);
         assert_eq!(p["skipped"], serde_json::json!(["Ctrl", "OK", "x", "Brand Name"]));
         // title, alt, placeholder, aria-label and the document title translated, and restored.
         for k in ["title", "alt", "placeholder", "aria", "doc"] {
@@ -265,7 +265,7 @@ fn the_page_pipeline_orders_remembers_and_detects() {
         assert!(p["firstScreenFirst"].as_bool().unwrap(), "{p}");
     }
     // Pass 1: the user's selection finished while most blocks below were still waiting.
-    assert!(p1["selectionBeforeBlocks"].as_u64().unwrap() >= 6, "the selection waited for the page: {}", p1["selectionBeforeBlocks"]);
+    assert!(p1["selectionBeforeBlocks"].as_u64().unwrap() >= 4, "the selection waited for the page: {}", p1["selectionBeforeBlocks"]);
     assert!(p1["status"]["requests"].as_u64().unwrap() > 0);
     // Pass 2 (the page reloaded): every block from the translation memory, no engine request.
     let s2 = &p2["status"];

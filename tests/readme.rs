@@ -1,4 +1,5 @@
-//! The README's commands stay true: every command line of its `sh` blocks must be in the table
+//! The README's commands stay true: every command line of the `sh` blocks of README.md and
+//! docs/*.md must be in the table
 //! below, which says how it is checked. Most are run here as written, in a scratch directory
 //! holding the files they name (`model.gguf` and the default model are the fetched SmolLM2,
 //! `tokenizer.model` the tiny fixture's tokenizer); the server commands run against a
@@ -28,7 +29,8 @@ enum How {
     Curl(&'static str),
     /// Run by another test or script: that file must still contain the text.
     By(&'static str, &'static str),
-    /// A benchmark: measured by hand (README's Performance section), never in the test command.
+    /// A benchmark or a script a person runs (docs/performance.md, docs/server.md's container),
+    /// never in the test command.
     Bench,
 }
 use How::*;
@@ -58,6 +60,8 @@ const TABLE: &[(&str, How)] = &[
     ("npm pack ./www", By("tests/npm.rs", r#""pack", "./www""#)),
     ("scripts/build-extension --model https://host/TildeOpen-30b-Q4_K_M.gguf --target lv --parallel 8", By("tests/extension.rs", r#""--parallel", "2""#)),
     ("scripts/page-bench --parallel 1,8", Bench),
+    ("scripts/container", Bench),
+    ("scripts/container --gpu", Bench),
     ("curl -s localhost:8080/ping", Curl(r#""status":"ok""#)),
     (
         r#"curl -s localhost:8080/invocations -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"What is the capital of Latvia?"}],"temperature":0}'"#,
@@ -151,7 +155,14 @@ fn scratch() -> (PathBuf, PathBuf) {
 
 #[test]
 fn every_readme_command_is_checked() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // The front page and the reference pages under docs/.
+    let mut readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut docs: Vec<_> = std::fs::read_dir(repo().join("docs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "md")).collect();
+    docs.sort();
+    for d in docs {
+        readme.push('\n');
+        readme += &std::fs::read_to_string(d).unwrap();
+    }
     let commands = readme_commands(&readme);
     let mut failures = vec![];
     for c in &commands {

@@ -55,5 +55,10 @@ mod tests {
             assert_eq!(d.language, want, "{text}: {d:?}");
         }
         assert_eq!(detect("12345 !!!"), None);
+        // The extension's pipeline test page relies on these two being reliable.
+        let de = detect("Das Brot wird jeden Morgen frisch gebacken.").unwrap();
+        assert!(de.language == "de" && de.reliable, "{de:?}");
+        let lv = detect("Maize tiek cepta katru rītu, un maiznīca atveras septiņos.").unwrap();
+        assert!(lv.language == "lv" && lv.reliable, "{lv:?}");
     }
 }

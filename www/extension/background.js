@@ -92,13 +92,15 @@ chrome.runtime.onConnect.addListener((port) => {
         return;
       }
       const glossary = settings.glossary ?? [];
+      const maxTokens = settings.maxTokens || 512;
       const key = memory.key(settings.modelUrl, from, to, glossary, msg.text);
+      // A remembered translation is used when it was whole, or when it was cut (greedy: the
+      // same answer again) at a max_tokens at least today's; a larger max_tokens tries again.
       const known = await memory.get(key);
-      if (known !== null) {
-        post({ type: "done", id: msg.id, text: known, target: to, source: from, tokens: 0, seconds: (performance.now() - t0) / 1000, complete: true, requests: 0, cached: true });
+      if (known && typeof known.text === "string" && (known.complete || known.maxTokens >= maxTokens)) {
+        post({ type: "done", id: msg.id, text: known.text, target: to, source: from, tokens: 0, seconds: (performance.now() - t0) / 1000, complete: known.complete, requests: 0, cached: true });
         return;
       }
-      const maxTokens = settings.maxTokens || 512;
       let n = 0;
       // One request, in this tab's turn: streamed, its partial text reported; `cut` when it
       // stopped at max_tokens.
@@ -133,7 +135,7 @@ chrome.runtime.onConnect.addListener((port) => {
         splitAbove: maxTokens,
         onText: (text) => post({ type: "text", id: msg.id, text }),
       });
-      if (r.complete) await memory.put(key, r.text);
+      await memory.put(key, { text: r.text, complete: r.complete, maxTokens });
       post({ type: "done", id: msg.id, text: r.text, target: to, source: from, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests, capped: r.capped });
     } catch (e) {
       post({ type: "error", id: msg.id, ...pageError(e) });

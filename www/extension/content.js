@@ -251,13 +251,14 @@
     }
   }
 
-  // An attribute's (or the title's) answer: written whole, or left as it was.
+  // An attribute's (or the title's) answer, written once it is done.
   function attrDone(c, m) {
     const a = c.block.attr;
-    if (m.type === "done" && m.text.trim() && m.complete !== false && attrOriginal.has(a)) {
+    if (m.type === "done" && attrOriginal.has(a)) {
       c.block.target = m.target;
       attrBlocks.add(c.block);
-      attrTranslated.set(a, m.same ? attrOriginal.get(a) : m.text);
+      // As for text: what could not be finished keeps its text with the mark (whole.js).
+      attrTranslated.set(a, m.same || !m.text.trim() ? attrOriginal.get(a) : m.text);
       soon(() => { if (showing === "translation" && attrTranslated.has(a)) writeAttr(a, attrTranslated.get(a)); });
       stats.done++; stats.tokens += m.tokens; stats.seconds += m.seconds;
     } else if (m.type === "error") {

@@ -1,5 +1,6 @@
 // The translation memory: (model, source language, target language, glossary, text) ->
-// translation, so a string met again (a menu, a footer, a reload, another page of the site) is
+// translation (any structured-clonable value: the service worker keeps the text, whether it was
+// whole and the max_tokens it was made with), so a string met again (a menu, a footer, a reload, another page of the site) is
 // never sent to the engine twice. Kept in IndexedDB (it survives restarts), bounded by entries
 // with the least recently used dropped first. The logic is pure over a small store interface,
 // tested with node (tests/web/memory-test.mjs) on `mapStore`.
