@@ -37,8 +37,10 @@ const engines = engineCache({
 });
 
 // Translations already made, by model, languages, glossary and text (IndexedDB, least recently
-// used dropped past 20,000): a block met again is never sent to the engine.
+// used dropped past 20,000): a block met again is never sent to the engine. The same text
+// asked for again while its first translation is still running waits for that one.
 const memory = translationMemory({ store: idbStore() });
+const running = new Map(); // memory key -> promise of { text, complete }
 
 async function getEngine(onProgress) {
   const { modelUrl } = await getSettings();
@@ -101,6 +103,13 @@ chrome.runtime.onConnect.addListener((port) => {
         post({ type: "done", id: msg.id, text: known.text, target: to, source: from, tokens: 0, seconds: (performance.now() - t0) / 1000, complete: known.complete, requests: 0, cached: true });
         return;
       }
+      const shared = running.get(key);
+      // (If that one fails, its tab closed say, this block is translated on its own.)
+      const r0 = shared && (await shared.catch(() => null));
+      if (r0) {
+        post({ type: "done", id: msg.id, text: r0.text, target: to, source: from, tokens: 0, seconds: (performance.now() - t0) / 1000, complete: r0.complete, requests: 0, cached: true });
+        return;
+      }
       let n = 0;
       // One request, in this tab's turn: streamed, its partial text reported; `cut` when it
       // stopped at max_tokens.
@@ -131,10 +140,17 @@ chrome.runtime.onConnect.addListener((port) => {
       // A block longer than one answer (or than the context) is split and translated part by
       // part, in at most a few requests per part; a part that cannot finish keeps its original
       // text with a visible mark (see whole.js).
-      const r = await translateWhole(translate, msg.text, {
+      const whole = translateWhole(translate, msg.text, {
         splitAbove: maxTokens,
         onText: (text) => post({ type: "text", id: msg.id, text }),
       });
+      running.set(key, whole);
+      let r;
+      try {
+        r = await whole;
+      } finally {
+        running.delete(key);
+      }
       await memory.put(key, { text: r.text, complete: r.complete, maxTokens });
       post({ type: "done", id: msg.id, text: r.text, target: to, source: from, tokens: n, seconds: (performance.now() - t0) / 1000, complete: r.complete, requests: r.requests, capped: r.capped });
     } catch (e) {
