@@ -183,6 +183,18 @@ mod tests {
     }
 
     #[test]
+    fn ignore_eos_never_picks_a_stop_token() {
+        // Token 1 is the stop token and the most likely: greedy and sampled draws skip it.
+        let mut g = Sampler::new(SamplingParams { temperature: 0.0, ignore_eos: true, ..Default::default() }, &[], &[1]);
+        assert!(g.needs_logits(), "the GPU argmax cannot skip it");
+        assert_eq!(g.sample(&mut [0.1, 9.0, 2.0]), Some(2));
+        let mut t = Sampler::new(SamplingParams { ignore_eos: true, ..params(1.0) }, &[], &[1]);
+        for _ in 0..50 {
+            assert_ne!(t.sample(&mut [0.0, 5.0, 0.0]), Some(1));
+        }
+    }
+
+    #[test]
     fn greedy_and_penalties() {
         let mut s = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() }, &[], &[]);
         assert!(!s.needs_logits());
