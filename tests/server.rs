@@ -616,3 +616,52 @@ fn multirecord_payloads_and_execution_parameters() {
     let first: serde_json::Value = serde_json::from_str(&chunks[0]).unwrap();
     assert_eq!(first["model"], "tiny-test");
 }
+
+/// While the model loads (SmolLM2 on lavapipe: seconds), `/v1/models` already names it (the
+/// file's stem: no --model-name) and every route that needs the model answers 503 `loading`
+/// with `Retry-After`; once loaded, completions carry the same id.
+#[test]
+fn the_model_id_is_known_while_loading() {
+    let m = common::smollm2();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(["serve", "--model", m.to_str().unwrap(), "--port", "0", "--ctx-size", "256"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let base = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "no address printed");
+        if let Some(a) = line.trim().strip_prefix("listening on ") {
+            break a.to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in err.lines() {});
+    let server = Server { child, base: base.clone(), log: Default::default() };
+    let stem = m.file_stem().unwrap().to_str().unwrap().to_string();
+    let (mut saw_loading, t0) = (false, Instant::now());
+    loop {
+        let models: serde_json::Value = ureq::get(&format!("{base}/v1/models")).call().unwrap().into_json().unwrap();
+        assert_eq!(models["data"][0]["id"], stem.as_str(), "the id, loading or not");
+        match ureq::post(&format!("{base}/v1/chat/completions")).set("Content-Type", "application/json").send_string(HI) {
+            Err(ureq::Error::Status(503, r)) => {
+                assert_eq!(r.header("retry-after"), Some("5"));
+                let v: serde_json::Value = r.into_json().unwrap();
+                assert_eq!(v["error"]["code"], "loading");
+                saw_loading = true;
+            }
+            Ok(r) => {
+                let v: serde_json::Value = r.into_json().unwrap();
+                assert_eq!(v["model"], stem.as_str());
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "never loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(saw_loading, "the load finished before the first request: nothing was checked while loading");
+    drop(server);
+}
