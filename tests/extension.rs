@@ -77,23 +77,10 @@ fn extension_follows_page_edits_languages_and_load_failures() {
     let (root, base) = (&web.root, &web.base);
     // A model URL that cannot load, with a signature in its query string, is baked in; the page
     // gives the extension the working one later (as the options page would).
-    let ext = root.join("extension");
     let bad = format!("{base}/missing-model.gguf?X-Amz-Signature=SECRET{}", std::process::id());
-    let st = Command::new(repo().join("scripts/build-extension"))
-        .args(["--out", ext.to_str().unwrap(), "--model", &bad, "--auto", "--max-tokens", "24"])
-        .status()
-        .unwrap();
-    assert!(st.success());
     // Test-only additions to the built copy: a content script relaying the page's requests and a
     // service-worker part sending them to the tab's content script, as the popup does.
-    for f in ["ext-bridge.js", "ext-driver.js"] {
-        std::fs::copy(repo().join("tests/web").join(f), ext.join(f)).unwrap();
-    }
-    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ext.join("manifest.json")).unwrap()).unwrap();
-    manifest["content_scripts"].as_array_mut().unwrap().push(serde_json::json!({"matches": ["<all_urls>"], "js": ["ext-bridge.js"], "run_at": "document_start"}));
-    std::fs::write(ext.join("manifest.json"), manifest.to_string()).unwrap();
-    let bg = std::fs::read_to_string(ext.join("background.js")).unwrap();
-    std::fs::write(ext.join("background.js"), bg + "\nimport \"./ext-driver.js\";\n").unwrap();
+    let ext = build_with_bridge(root, &["--model", &bad, "--auto", "--max-tokens", "24"]);
 
     let good = format!("{base}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf");
     let v = web.open(
@@ -271,4 +258,10 @@ fn the_page_pipeline_orders_remembers_and_detects() {
     let s2 = &p2["status"];
     assert_eq!(s2["requests"], 0, "{s2}");
     assert_eq!(s2["cached"].as_u64().unwrap() + s2["same"].as_u64().unwrap(), s2["done"].as_u64().unwrap(), "{s2}");
+}
+
+#[test]
+fn builtin_ai_language_pairs() {
+    // builtin-ai-core.js: BCP 47 tags to the model's languages; unsupported or equal pairs named.
+    node_test("builtin-ai-test.mjs", "builtin-ai-core.js: ok");
 }

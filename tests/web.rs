@@ -241,3 +241,27 @@ fn many_requests_at_once_match_each_alone() {
         assert!(passes * 2 < generated, "{mode}: {passes} passes for {generated} tokens");
     }
 }
+
+/// `tildeopen-wgpu/builtin-ai` in Chromium: a page written against the standard Translator and
+/// LanguageDetector shapes runs through install(); availability moves from downloadable to
+/// available, downloadprogress rises to 1, translate equals the engine's own translation task,
+/// translateStreaming concatenates to translate, measureInputUsage is the prompt's token count,
+/// and the standard DOMExceptions come for an unsupported pair, input over the quota, an
+/// aborted signal and a destroyed translator.
+#[test]
+fn builtin_ai_translator_and_detector() {
+    let v = run_page_at("/repo/tests/web/builtin-ai.html", &[("model", "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf")], Duration::from_secs(600));
+    println!("{v}");
+    assert_eq!(v["installed"], serde_json::json!(["Translator", "LanguageDetector"]));
+    assert_eq!((v["before"].as_str(), v["after"].as_str(), v["unsupported"].as_str()), (Some("downloadable"), Some("available"), Some("unavailable")));
+    assert_eq!(v["createError"], "NotSupportedError");
+    assert_eq!(v["progressLast"], 1);
+    assert!(v["progressRises"].as_bool().unwrap());
+    assert_eq!(v["translated"], v["engineText"], "translate() differs from the engine's task");
+    assert_eq!(v["streamed"], v["translated"]);
+    assert_eq!(v["usage"], v["enginePromptTokens"]);
+    assert_eq!(v["quotaError"], "QuotaExceededError");
+    assert_eq!(v["abortError"], "AbortError");
+    assert_eq!(v["destroyedError"], "InvalidStateError");
+    assert_eq!(v["detected"]["detectedLanguage"], "lv");
+}

@@ -144,6 +144,8 @@ export interface Engine {
    *  signal takes a request out of the queue or its slot at once). */
   parallel: number;
   stats(): Promise<EngineStats>;
+  /** The prompt tokens a request would take (rejects with the request's error, as `create`). */
+  countTokens(req: ChatRequest): Promise<number>;
   /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;
   adapterInfo: AdapterInfo | null;
@@ -173,6 +175,8 @@ export function createEngineInThread(opts: EngineOptions): Promise<Engine>;
 export function taskRequest(type: "translate" | "ask" | "summarise", args: Record<string, unknown>): ChatRequest;
 /** The WebGPU adapter the engine would use, or null without WebGPU. */
 export function adapterInfo(): Promise<AdapterInfo | null>;
+/** Whether the Cache API holds weights of this model URL (loaded before in this origin). */
+export function isCached(url: string): Promise<boolean>;
 /** Forgets the downloaded weights kept in the Cache API. */
 export function clearCache(): Promise<void>;
 /** The language `text` is in (no model needed): an ISO 639-1 code where one exists, the

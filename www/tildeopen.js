@@ -54,6 +54,19 @@ export async function detectLanguage(text, { wasmUrl } = {}) {
   return detect_language(String(text));
 }
 
+/** Whether the Cache API holds pieces of `url` (a model loaded before in this origin: a new load
+ *  reads them instead of the network). */
+export async function isCached(url) {
+  if (!globalThis.caches) return false;
+  const abs = new URL(url, globalThis.location?.href).href.replace(/\/$/, "");
+  try {
+    const c = await caches.open(CACHE);
+    return (await c.keys()).some((r) => r.url.startsWith(`${PIECE_PREFIX}${encodeURIComponent(abs)}/`));
+  } catch {
+    return false;
+  }
+}
+
 /** Forgets every cached weight piece. */
 export async function clearCache() {
   if (globalThis.caches) await caches.delete(CACHE);
@@ -265,6 +278,15 @@ export async function createEngineInThread(opts) {
     return guard(() => runner.submit(req, { stream: !!req.stream, signal }));
   }
 
+  /** The prompt tokens a request would take (its errors as `create` throws them). */
+  async function countTokens(request) {
+    const { signal, stream, ...req } = request;
+    return guard(() => {
+      const p = prompter.prepare(req);
+      try { return p.prompt_tokens; } finally { p.free(); }
+    });
+  }
+
   const task = (type) => (args) => create(taskRequest(type, args));
   const gpuInfo = await adapterInfo().catch(() => null);
 
@@ -275,6 +297,7 @@ export async function createEngineInThread(opts) {
     /** Since the load, as of the last forward pass: prompt tokens computed (`prefilled`), reused
      *  from a slot's own cache or copied from another slot's, tokens generated, passes run. */
     async stats() { return stats; },
+    countTokens,
     adapter: gpuInfo?.summary ?? wasm.adapter,
     adapterInfo: gpuInfo,
     fastPaths: wasm.fast_paths,

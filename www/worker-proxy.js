@@ -69,6 +69,7 @@ export async function createWorkerEngine(opts) {
   return {
     ...info,
     stats: () => call("stats"),
+    countTokens: ({ signal, ...req }) => call("count", req),
     chat: { completions: { create } },
     tasks: { translate: task("translate"), ask: task("ask"), summarise: task("summarise") },
     // Terminating the worker frees its GPU device at once; asking it to unload would wait

@@ -18,6 +18,8 @@ onmessage = async (e) => {
         streams.set(args.streamId, r);
         return reply({ result: null });
       }
+      case "count":
+        return reply({ result: await engine.countTokens(args) });
       case "stats":
         return reply({ result: await engine.stats() });
       case "next": {
