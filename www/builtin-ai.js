@@ -165,12 +165,17 @@ export class Translator {
         const max_tokens = await this.#maxTokens(input);
         it = await this.#engine.chat.completions.create({ ...this.#request(input, { max_tokens, stream: true }), signal }).catch((e) => { throw domError(e); });
       },
+      // Each pull enqueues a piece of text or ends the stream: a pull that enqueues nothing is
+      // not called again (the Streams standard), so chunks without text (the role, the
+      // finish) are read past here.
       pull: async (controller) => {
-        if (signal?.aborted) { await it.return?.(); return controller.error(new DOMException("aborted", "AbortError")); }
-        const r = await it.next().catch((e) => { throw domError(e); });
-        if (r.done) return controller.close();
-        const d = r.value.choices[0]?.delta?.content;
-        if (d) controller.enqueue(d);
+        for (;;) {
+          if (signal?.aborted) { await it.return?.(); return controller.error(new DOMException("aborted", "AbortError")); }
+          const r = await it.next().catch((e) => { throw domError(e); });
+          if (r.done) return controller.close();
+          const d = r.value.choices[0]?.delta?.content;
+          if (d) return controller.enqueue(d);
+        }
       },
       cancel: async () => { await it?.return?.(); },
     });
