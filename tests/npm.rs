@@ -71,6 +71,15 @@ try {
 "#;
 
 const TYPES: &str = r#"import { createEngine, type Engine, type ChatCompletion, type EngineError } from "tildeopen-wgpu";
+import { install, Translator, LanguageDetector } from "tildeopen-wgpu/builtin-ai";
+export async function viaBuiltins(model: string): Promise<string> {
+  const names: string[] = install({ model, parallel: 4 });
+  const t = await Translator.create({ sourceLanguage: "en", targetLanguage: "lv", monitor(m) { m.addEventListener("downloadprogress", () => {}); } });
+  const n: number = await t.measureInputUsage("Hi");
+  const s: ReadableStream<string> = t.translateStreaming("Hi");
+  const [{ detectedLanguage }] = await (await LanguageDetector.create()).detect("Sveiki");
+  return names.join() + n + String(s.locked) + detectedLanguage + (await t.translate("Hi", { signal: AbortSignal.timeout(1000) }));
+}
 export async function answer(model: string): Promise<string> {
   const engine: Engine = await createEngine({ model, worker: false, wasmUrl: "/x.wasm" });
   const r: ChatCompletion = await engine.chat.completions.create({ messages: [{ role: "user", content: "Hi" }], max_tokens: 4 });
@@ -109,7 +118,7 @@ fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
     let tgz = packed.trim().lines().last().unwrap().to_string();
     assert_eq!(tgz, format!("tildeopen-wgpu-{}.tgz", env!("CARGO_PKG_VERSION")));
     let listing = run(&scratch, "tar", &["tzf", &tgz]);
-    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/pkg/tildeopen_bg.wasm", "package/README.md", "package/LICENSE"] {
+    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/builtin-ai.js", "package/builtin-ai-core.js", "package/builtin-ai.d.ts", "package/extension/languages.js", "package/scheduler.js", "package/pkg/tildeopen_bg.wasm", "package/README.md", "package/LICENSE"] {
         assert!(listing.lines().any(|l| l == f), "{f} in the package: {listing}");
     }
     assert!(!listing.contains("index.html") && !listing.contains("extension/"), "the demo and extension stay out: {listing}");
