@@ -28,15 +28,11 @@ fn start(extra: &[&str]) -> Server {
     start_env(extra, &[])
 }
 
-fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
-    let m = tiny();
-    let mut args = vec!["serve", "--model", &m, "--port", "0", "--model-name", "tiny-test"];
-    if !extra.contains(&"--ctx-size") {
-        args.extend(["--ctx-size", "128"]);
-    }
-    args.extend_from_slice(extra);
+/// Starts `tildeopen ARGS` and returns once it printed its address (the model may still load);
+/// its stderr is drained into the server's log.
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
-        .args(&args)
+        .args(args)
         .env("RUST_LOG", "tildeopen=info")
         .envs(env.iter().copied())
         .stderr(Stdio::piped())
@@ -62,9 +58,20 @@ fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
             l.lock().unwrap().push(line);
         }
     });
+    Server { child, base, log }
+}
+
+fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+    let m = tiny();
+    let mut args = vec!["serve", "--model", &m, "--port", "0", "--model-name", "tiny-test"];
+    if !extra.contains(&"--ctx-size") {
+        args.extend(["--ctx-size", "128"]);
+    }
+    args.extend_from_slice(extra);
+    let server = spawn(&args, env);
     let t0 = Instant::now();
     loop {
-        match ureq::get(&format!("{base}/ping")).call() {
+        match ureq::get(&format!("{}/ping", server.base)).call() {
             Ok(r) if r.status() == 200 => break,
             Err(ureq::Error::Status(503, r)) => {
                 let v: serde_json::Value = r.into_json().unwrap();
@@ -75,7 +82,7 @@ fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         assert!(t0.elapsed() < Duration::from_secs(120), "model never became ready");
         std::thread::sleep(Duration::from_millis(100));
     }
-    Server { child, base, log }
+    server
 }
 
 /// (status, JSON body) of a POST.
@@ -623,23 +630,8 @@ fn multirecord_payloads_and_execution_parameters() {
 #[test]
 fn the_model_id_is_known_while_loading() {
     let m = common::smollm2();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
-        .args(["serve", "--model", m.to_str().unwrap(), "--port", "0", "--ctx-size", "256"])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let base = loop {
-        line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "no address printed");
-        if let Some(a) = line.trim().strip_prefix("listening on ") {
-            break a.to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in err.lines() {});
-    let server = Server { child, base: base.clone(), log: Default::default() };
+    let server = spawn(&["serve", "--model", m.to_str().unwrap(), "--port", "0", "--ctx-size", "256"], &[]);
+    let base = server.base.clone();
     let stem = m.file_stem().unwrap().to_str().unwrap().to_string();
     let (mut saw_loading, t0) = (false, Instant::now());
     loop {

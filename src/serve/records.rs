@@ -7,11 +7,10 @@
 //! payload itself was taken, so one bad record fails neither the payload nor the transform job
 //! (Batch Transform retries or fails a whole payload on a non-2xx status).
 
-use super::server::{error_response, overloaded, ready, server_error, AppState, Job, Place, Reply};
+use super::server::{error_response, overloaded, ready, server_error, take_places, AppState, Job, Reply};
 use crate::chat::api::{ApiError, ChatRequest};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -43,10 +42,9 @@ pub(super) async fn answer(st: Arc<AppState>, lines: Vec<String>) -> Response {
         return error_response(&ApiError { status: 413, ..e });
     }
     // The whole payload's places at once, or none.
-    if st.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w + n <= st.max_queue).then_some(w + n)).is_err() {
+    let Some(places) = take_places(&st, n) else {
         return overloaded(st.max_queue);
-    }
-    let places: Vec<Place> = (0..n).map(|_| Place(st.waiting.clone(), true)).collect();
+    };
     let Ok(permit) = st.preparing.clone().acquire_owned().await else {
         return error_response(&server_error(503, "unhealthy", "the server is shutting down".into()));
     };

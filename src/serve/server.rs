@@ -296,7 +296,7 @@ pub(super) struct AppState {
 /// A place in the queue, given back when dropped unless the worker took the job (which then
 /// gives it back when the job gets a slot): a request refused, failed or abandoned by its
 /// client while being prepared frees its place.
-pub(super) struct Place(pub(super) Arc<AtomicUsize>, pub(super) bool);
+pub(super) struct Place(Arc<AtomicUsize>, bool);
 
 impl Place {
     pub(super) fn handed_over(mut self) {
@@ -329,11 +329,17 @@ pub(super) fn unavailable() -> Response {
     r
 }
 
-/// 503 `overloaded` with `Retry-After`: `n` more requests would pass the queue bound.
+/// 503 `overloaded` with `Retry-After`: the queue of `max_queue` requests is full.
 pub(super) fn overloaded(max_queue: usize) -> Response {
     let mut r = error_response(&server_error(503, "overloaded", format!("{max_queue} requests are already waiting; retry later")));
     r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
+}
+
+/// `n` places in the queue at once, or none when they would pass its bound.
+pub(super) fn take_places(st: &AppState, n: usize) -> Option<Vec<Place>> {
+    st.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w + n <= st.max_queue).then_some(w + n)).ok()?;
+    Some((0..n).map(|_| Place(st.waiting.clone(), true)).collect())
 }
 
 /// The checks before a request is taken: the worker alive, the model loaded. Returns the
@@ -398,10 +404,10 @@ async fn chat(State(st): State<Arc<AppState>>, body: std::result::Result<Bytes, 
         Ok(p) => p,
         Err(r) => return r,
     };
-    if st.waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| (w < st.max_queue).then_some(w + 1)).is_err() {
+    let Some(mut places) = take_places(&st, 1) else {
         return overloaded(st.max_queue);
-    }
-    let place = Place(st.waiting.clone(), true);
+    };
+    let place = places.pop().unwrap();
     let Ok(permit) = st.preparing.clone().acquire_owned().await else {
         return error_response(&server_error(503, "unhealthy", "the server is shutting down".into()));
     };
