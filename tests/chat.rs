@@ -152,6 +152,26 @@ fn marker_text_across_contents_stays_text() {
     assert_eq!(prompt(&smol, "Hello", " there"), smol.tokenize("Hello there", &[]).unwrap());
 }
 
+/// `Prompter::count` counts what `prepare` tokenizes, also past the context window (the web's
+/// quota checks need the number), and still refuses a text far beyond it untokenized.
+#[test]
+fn prompts_are_counted_past_the_context() {
+    use tildeopen::chat::Prompter;
+    let tok = || Tokenizer::load(&fixtures().join("models/tiny-tildeopen")).unwrap();
+    let p = Prompter::new(tok(), ChatTemplate::for_tokenizer(&tok()).unwrap(), 64);
+    let req = |text: &str| ChatRequest::new(vec![Message::user(text)]);
+    let short = req("I like cakes.");
+    assert_eq!(p.count(&short).unwrap(), p.prepare(&short).unwrap().prompt.len());
+    let long = req(&"bread and cakes ".repeat(20));
+    let n = p.count(&long).unwrap();
+    assert!(n >= 64, "{n}");
+    let e = p.prepare(&long).err().unwrap();
+    assert_eq!(e.code.as_deref(), Some("context_length_exceeded"));
+    let huge = req(&"bread ".repeat(200_000));
+    assert_eq!(p.count(&huge).unwrap_err().code.as_deref(), Some("context_length_exceeded"));
+    assert_eq!(p.count(&ChatRequest::new(vec![])).unwrap_err().status, 400);
+}
+
 #[test]
 fn requests_are_validated() {
     let err = |body: &str| ChatRequest::from_json(body).unwrap_err();

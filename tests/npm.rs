@@ -71,14 +71,23 @@ try {
 "#;
 
 const TYPES: &str = r#"import { createEngine, type Engine, type ChatCompletion, type EngineError } from "tildeopen-wgpu";
-import { install, Translator, LanguageDetector } from "tildeopen-wgpu/builtin-ai";
+import { install, Translator, LanguageDetector, Summarizer, LanguageModel } from "tildeopen-wgpu/builtin-ai";
 export async function viaBuiltins(model: string): Promise<string> {
   const names: string[] = install({ model, parallel: 4 });
   const t = await Translator.create({ sourceLanguage: "en", targetLanguage: "lv", monitor(m) { m.addEventListener("downloadprogress", () => {}); } });
   const n: number = await t.measureInputUsage("Hi");
   const s: ReadableStream<string> = t.translateStreaming("Hi");
   const [{ detectedLanguage }] = await (await LanguageDetector.create()).detect("Sveiki");
-  return names.join() + n + String(s.locked) + detectedLanguage + (await t.translate("Hi", { signal: AbortSignal.timeout(1000) }));
+  const sum = await Summarizer.create({ type: "tldr", length: "medium", format: "plain-text", outputLanguage: "lv" });
+  const headline: string = await sum.summarize("a", { context: "b" });
+  const lm = await LanguageModel.create({ initialPrompts: [{ role: "system", content: "Be brief." }], topK: 3, temperature: 0.7 });
+  lm.addEventListener("contextoverflow", () => {});
+  await lm.append([{ role: "user", content: [{ type: "text", value: "Hi" }] }]);
+  const used: number = lm.contextUsage + lm.contextWindow + (await lm.measureContextUsage("Hi"));
+  const twin: LanguageModel = await lm.clone();
+  const streamed: ReadableStream<string> = twin.promptStreaming("Hi");
+  const qa: string = await lm.prompt("Who?", { context: "Anna did." });
+  return names.join() + n + String(s.locked) + detectedLanguage + headline + used + String(streamed.locked) + qa + (await t.translate("Hi", { signal: AbortSignal.timeout(1000) }));
 }
 export async function answer(model: string): Promise<string> {
   const engine: Engine = await createEngine({ model, worker: false, wasmUrl: "/x.wasm" });
@@ -118,7 +127,7 @@ fn npm_package_installs_typechecks_bundles_and_answers_like_native() {
     let tgz = packed.trim().lines().last().unwrap().to_string();
     assert_eq!(tgz, format!("tildeopen-wgpu-{}.tgz", env!("CARGO_PKG_VERSION")));
     let listing = run(&scratch, "tar", &["tzf", &tgz]);
-    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/builtin-ai.js", "package/builtin-ai-core.js", "package/builtin-ai.d.ts", "package/extension/languages.js", "package/scheduler.js", "package/pkg/tildeopen_bg.wasm", "package/README.md", "package/LICENSE"] {
+    for f in ["package/package.json", "package/tildeopen.js", "package/tildeopen.d.ts", "package/worker.js", "package/builtin-ai.js", "package/builtin-ai-core.js", "package/builtin-ai.d.ts", "package/builtin-ai/language-model.js", "package/builtin-ai/shared.js", "package/extension/languages.js", "package/scheduler.js", "package/pkg/tildeopen_bg.wasm", "package/README.md", "package/LICENSE"] {
         assert!(listing.lines().any(|l| l == f), "{f} in the package: {listing}");
     }
     // (The language list, extension/languages.js, is shared with builtin-ai.js.)

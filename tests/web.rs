@@ -249,10 +249,10 @@ fn many_requests_at_once_match_each_alone() {
 /// and the standard DOMExceptions come for an unsupported pair, input over the quota, an
 /// aborted signal and a destroyed translator.
 #[test]
-fn builtin_ai_translator_and_detector() {
+fn builtin_ai_interfaces_in_the_standard_shapes() {
     let v = run_page_at("/repo/tests/web/builtin-ai.html", &[("model", "/fixtures/models/tiny-tildeopen/model-Q8_0.gguf")], Duration::from_secs(600));
     println!("{v}");
-    assert_eq!(v["installed"], serde_json::json!(["Translator", "LanguageDetector"]));
+    assert_eq!(v["installed"], serde_json::json!(["Translator", "LanguageDetector", "Summarizer", "LanguageModel"]));
     assert_eq!((v["before"].as_str(), v["after"].as_str(), v["unsupported"].as_str()), (Some("downloadable"), Some("available"), Some("unavailable")));
     assert_eq!(v["createError"], "NotSupportedError");
     assert_eq!(v["progressLast"], 1);
@@ -264,4 +264,33 @@ fn builtin_ai_translator_and_detector() {
     assert_eq!(v["abortError"], "AbortError");
     assert_eq!(v["destroyedError"], "InvalidStateError");
     assert_eq!(v["detected"]["detectedLanguage"], "lv");
+
+    // Summarizer: the summarisation task with the options' instruction, streamed or not.
+    assert_eq!(v["sumUnsupported"], "unavailable");
+    assert_eq!((v["sumTypeError"].as_str(), v["sumLangError"].as_str()), (Some("TypeError"), Some("NotSupportedError")));
+    assert_eq!(v["sumAttrs"], serde_json::json!(["headline", "plain-text", "short", "Local news."]));
+    assert_eq!(v["summary"], v["engineSummary"], "summarize() differs from the engine's task");
+    assert_eq!(v["sumStreamed"], v["summary"]);
+    assert_eq!(v["sumUsage"], v["engineSumTokens"]);
+    assert_eq!(v["sumQuota"], 256 - 64);
+    assert_eq!(v["sumQuotaError"], "QuotaExceededError");
+    assert_eq!(v["sumDestroyed"], "InvalidStateError");
+
+    // LanguageModel: a conversation as chat messages, its usage counted as the engine counts.
+    assert_eq!(v["params"], serde_json::json!({"defaultTopK": 3, "maxTopK": 128, "defaultTemperature": 1, "maxTemperature": 2}));
+    assert_eq!(v["lmImage"], "unavailable");
+    assert_eq!((v["lmHalfParams"].as_str(), v["lmLateSystem"].as_str()), (Some("NotSupportedError"), Some("TypeError")));
+    assert_eq!(v["lmWindow"], 256);
+    assert_eq!(v["lmUsage0"], v["engineLmUsage0"]);
+    assert_eq!(v["lmAnswer"], v["engineAnswer"], "prompt() differs from the same chat request");
+    assert_eq!(v["lmStreamed"], v["lmAnswer"], "a clone's promptStreaming() differs from prompt()");
+    assert_eq!(v["lmUsage1"], v["engineLmUsage"]);
+    assert_eq!(v["twinUsage"], v["lmUsage1"]);
+    let n = |k: &str| v[k].as_i64().unwrap();
+    assert!(n("lmMeasure") > 0 && n("lmUsage0") + n("lmMeasure") < n("lmUsage1"), "{v}");
+    assert!(n("lmUsage2") > n("lmUsage1") && n("lmUsage3") > n("lmUsage2"), "{v}");
+    assert!(n("lmOverflows") >= 1, "the history outgrew 256 tokens without contextoverflow");
+    assert!(n("lmUsage4") <= 256);
+    assert_eq!((v["lmQuota"].as_str(), v["lmAbort"].as_str(), v["lmDestroyed"].as_str()), (Some("QuotaExceededError"), Some("AbortError"), Some("InvalidStateError")));
+    assert_eq!(v["qa"], v["engineQa"], "prompt(q, {{ context }}) differs from the question-answering task");
 }

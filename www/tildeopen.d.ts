@@ -144,7 +144,7 @@ export interface Engine {
    *  signal takes a request out of the queue or its slot at once). */
   parallel: number;
   stats(): Promise<EngineStats>;
-  /** The prompt tokens a request would take (rejects with the request's error, as `create`). */
+  /** The prompt tokens a request would take, also beyond the context window (rejects with its other errors, as `create`). */
   countTokens(req: ChatRequest): Promise<number>;
   /** The adapter in one line (AdapterInfo.summary). */
   adapter: string;

@@ -278,13 +278,11 @@ export async function createEngineInThread(opts) {
     return guard(() => runner.submit(req, { stream: !!req.stream, signal }));
   }
 
-  /** The prompt tokens a request would take (its errors as `create` throws them). */
+  /** The prompt tokens a request would take, also beyond the context window (its other
+   *  errors as `create` throws them). */
   async function countTokens(request) {
     const { signal, stream, ...req } = request;
-    return guard(() => {
-      const p = prompter.prepare(req);
-      try { return p.prompt_tokens; } finally { p.free(); }
-    });
+    return guard(() => prompter.count(req));
   }
 
   const task = (type) => (args) => create(taskRequest(type, args));

@@ -54,16 +54,7 @@ impl Prompter {
         // Beyond four times what the context could spell even in its longest pieces, the rest
         // can only be whitespace that a normalizer collapses: refused before the tokenizer
         // spends memory on it.
-        let cap = 4 * self.ctx * self.max_piece_bytes;
-        if text.len() > cap {
-            let mut e = ApiError::context_length(0, self.ctx);
-            e.message = format!(
-                "the request's messages are {} bytes, more than a context window of {} tokens takes (at most {cap} bytes)",
-                text.len(),
-                self.ctx
-            );
-            return Err(e);
-        }
+        self.check_bytes(&text, 4)?;
         let prompt = self.tokenize(&text, &guarded)?;
         if prompt.is_empty() {
             return Err(ApiError::invalid("the request renders to an empty prompt".into(), Some("messages")));
@@ -79,6 +70,34 @@ impl Prompter {
             task: req.task.clone(),
             include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
         })
+    }
+
+    /// The prompt tokens a request renders to, whether or not they fit the context window (the
+    /// web's task interfaces compare them with their quotas). A prompt of more than sixteen
+    /// times the bytes the context could spell is refused untokenized, as `prepare` refuses one
+    /// of four times.
+    pub fn count(&self, req: &ChatRequest) -> std::result::Result<usize, ApiError> {
+        req.validate()?;
+        let (text, guarded) = self.render_guarded(req)?;
+        self.check_bytes(&text, 16)?;
+        Ok(self.tokenize(&text, &guarded)?.len())
+    }
+
+    /// Refuses a prompt text of more than `times` the bytes the context window could spell
+    /// even in its longest pieces (the rest could only be whitespace a normalizer collapses),
+    /// before the tokenizer spends memory on it.
+    fn check_bytes(&self, text: &str, times: usize) -> std::result::Result<(), ApiError> {
+        let cap = times * self.ctx * self.max_piece_bytes;
+        if text.len() > cap {
+            let mut e = ApiError::context_length(0, self.ctx);
+            e.message = format!(
+                "the request's messages are {} bytes, more than a context window of {} tokens takes (at most {cap} bytes)",
+                text.len(),
+                self.ctx
+            );
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// The prompt text a request renders to.

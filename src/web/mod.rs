@@ -89,6 +89,13 @@ impl WasmPrompter {
         let p = self.p.prepare(&r).map_err(|e| js_error(&e))?;
         Ok(WasmPrepared { tokens: p.prompt.len(), p: Some(p) })
     }
+
+    /// The prompt tokens of a request object, within the context window or not (see
+    /// `Prompter::count`); errors as `prepare` has them.
+    pub fn count(&self, request: JsValue) -> std::result::Result<usize, JsValue> {
+        let r: ChatRequest = serde_path_to_error::deserialize(serde_wasm_bindgen::Deserializer::from(request)).map_err(|e| js_error(&ChatRequest::malformed(e)))?;
+        self.p.count(&r).map_err(|e| js_error(&e))
+    }
 }
 
 #[wasm_bindgen]
