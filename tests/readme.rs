@@ -29,7 +29,8 @@ enum How {
     Curl(&'static str),
     /// Run by another test or script: that file must still contain the text.
     By(&'static str, &'static str),
-    /// A benchmark or a script a person runs (docs/performance.md, docs/server.md's container),
+    /// A benchmark or a script a person runs (docs/performance.md, docs/server.md's container,
+    /// docs/testing.md's fuzzing),
     /// never in the test command.
     Bench,
 }
@@ -71,7 +72,7 @@ const TABLE: &[(&str, How)] = &[
     ("tildeopen batch --model model.gguf requests.jsonl", Run("")),
     ("tildeopen batch --model model.gguf requests.jsonl --output-dir out --join-source input", Run("")),
     ("cargo build --release", By("scripts/test", "cargo build --release")),
-    ("scripts/fuzz 60 gguf_header", By("scripts/test", "scripts/fuzz 15")),
+    ("scripts/fuzz 60 gguf_header", Bench),
     ("../shared/bench/make-bench-model /tmp/bench.gguf bench", Bench),
     ("../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 512 --gen-tokens 64 --rounds 2", Bench),
     ("../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 2000 --gen-tokens 32 --rounds 1", Bench),
