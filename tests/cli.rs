@@ -169,6 +169,24 @@ fn bench_json_and_profile() {
     }
 }
 
+/// `bench --json` counts what a decode step asks of the device: no buffer created (readbacks
+/// reuse a kept staging buffer), one host wait (reading the greedy token), and three submits
+/// (the layers in two command buffers, so the device starts on the first while the host records
+/// the second, and the readback's copy).
+#[test]
+fn bench_counts_per_decode_token() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(["bench", "--model", &tiny(), "--prompt-tokens", "8", "--gen-tokens", "6", "--repeat", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(j["buffers_created_per_token"].as_f64(), Some(0.0), "{j}");
+    assert_eq!(j["syncs_per_token"].as_f64(), Some(1.0), "{j}");
+    assert_eq!(j["submits_per_token"].as_f64(), Some(3.0), "{j}");
+}
+
 /// `info` lists every adapter; `--adapter` (or TILDEOPEN_ADAPTER) picks one by a part of its
 /// name, ignoring case, and a name that matches none is an error that lists them.
 #[test]

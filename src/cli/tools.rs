@@ -257,22 +257,27 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                 pollster::block_on(s.last_argmax())?;
             }
             let (mut pre, mut dec) = (vec![], vec![]);
+            // What the decode steps asked of the device (buffers created, submits, host waits).
+            let mut per_decode = tildeopen::gpu::CounterValues::default();
             for _ in 0..repeat.max(1) {
                 s.reset();
                 let t0 = Instant::now();
                 pollster::block_on(s.feed(&prompt))?;
                 let mut tok = pollster::block_on(s.last_argmax())?;
                 let t1 = Instant::now();
+                let c0 = l.model.gpu.counters.get();
                 for _ in 0..gen_tokens {
                     pollster::block_on(s.feed(&[tok]))?;
                     tok = pollster::block_on(s.last_argmax())?;
                 }
+                per_decode = l.model.gpu.counters.get() - c0;
                 let t2 = Instant::now();
                 pre.push(prompt_tokens as f64 / (t1 - t0).as_secs_f64());
                 dec.push(gen_tokens as f64 / (t2 - t1).as_secs_f64());
             }
             let (p, d) = (median(&mut pre), median(&mut dec));
-            // What one decode step records at the end of the run (one submit per step).
+            let per_token = |n: u64| if gen_tokens == 0 { 0.0 } else { n as f64 / gen_tokens as f64 };
+            // What one decode step records at the end of the run.
             let dispatches = s.dispatches(1, prompt_tokens + gen_tokens, 1);
             let layers = l.model.cfg.num_layers;
             let bw = if bandwidth { Some(l.model.gpu.copy_bandwidth()?) } else { None };
@@ -294,7 +299,10 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "repeat": repeat,
                         "adapter": info.name, "backend": format!("{:?}", info.backend),
                         "weights_bytes": l.model.weight_bytes,
-                        "dispatches_per_token": dispatches, "submits_per_token": 1, "layers": layers,
+                        "dispatches_per_token": dispatches, "layers": layers,
+                        "submits_per_token": per_token(per_decode.submits),
+                        "syncs_per_token": per_token(per_decode.syncs),
+                        "buffers_created_per_token": per_token(per_decode.buffers_created),
                         "baseline_kernels": !l.model.gpu.fast.fused,
                         "subgroups": l.model.gpu.fast.subgroups,
                         "norm_fold": l.model.gpu.fast.norm_fold,
@@ -309,7 +317,12 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                 let paths: String = paths.iter().filter(|p| p.0).map(|p| p.1).collect();
                 println!("adapter: {} ({:?}){paths}", info.name, info.backend);
                 println!("prefill: {p:.1} tok/s ({prompt_tokens} tokens), decode: {d:.1} tok/s ({gen_tokens} tokens), median of {repeat}");
-                println!("decode step: {dispatches} dispatches ({layers} layers), 1 submit");
+                println!(
+                    "decode step: {dispatches} dispatches ({layers} layers), {:.1} submits, {:.1} host waits, {:.1} buffers created",
+                    per_token(per_decode.submits),
+                    per_token(per_decode.syncs),
+                    per_token(per_decode.buffers_created)
+                );
                 if let Some(b) = bw {
                     let roof = b / l.model.weight_bytes as f64;
                     println!("copy bandwidth: {:.1} GB/s; decode roofline (weights read once a step): {roof:.1} tok/s", b / 1e9);

@@ -138,7 +138,54 @@ pub struct Gpu {
     /// Two small storage buffers bound to a matrix kernel's unused output slots (Y2, Y3): WebGPU
     /// rejects a dispatch whose writable bindings overlap, so no slot may repeat another's buffer.
     pub spare: [wgpu::Buffer; 2],
+    /// What the engine asked of the device so far (`bench --json` reports them per token).
+    pub counters: std::sync::Arc<Counters>,
+    /// Staging buffers of past readbacks, kept for the next ones (a decode step reads the same
+    /// few bytes every token): no buffer is created per token.
+    readback: std::sync::Arc<std::sync::Mutex<Vec<wgpu::Buffer>>>,
 }
+
+/// Counts of what the engine asked of the device, since it was opened.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Buffers created (weights, caches, scratch, readback staging).
+    pub buffers_created: std::sync::atomic::AtomicU64,
+    /// Command buffers submitted (submits of none included: they only flush the queue).
+    pub submits: std::sync::atomic::AtomicU64,
+    /// Times the host waited for the device (readbacks and explicit waits).
+    pub syncs: std::sync::atomic::AtomicU64,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CounterValues {
+    pub buffers_created: u64,
+    pub submits: u64,
+    pub syncs: u64,
+}
+
+impl Counters {
+    pub fn get(&self) -> CounterValues {
+        use std::sync::atomic::Ordering::Relaxed;
+        CounterValues { buffers_created: self.buffers_created.load(Relaxed), submits: self.submits.load(Relaxed), syncs: self.syncs.load(Relaxed) }
+    }
+
+    fn add(c: &std::sync::atomic::AtomicU64) {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Sub for CounterValues {
+    type Output = CounterValues;
+    fn sub(self, o: CounterValues) -> CounterValues {
+        CounterValues { buffers_created: self.buffers_created - o.buffers_created, submits: self.submits - o.submits, syncs: self.syncs - o.syncs }
+    }
+}
+
+/// Readback staging buffers kept at most, and the largest kept (a bigger one, the logits of a
+/// long pass, is dropped after its read).
+const READBACK_KEEP: usize = 4;
+const READBACK_KEEP_BYTES: u64 = 16 << 20;
 
 /// The largest buffer the engine binds: the device's binding and buffer limits, the caller's cap,
 /// and at most 2 GiB, so that every byte offset a kernel computes inside one binding fits a u32
@@ -259,7 +306,9 @@ impl Gpu {
                 mapped_at_creation: false,
             })
         });
-        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast, timestamps, spare })
+        let counters = std::sync::Arc::new(Counters::default());
+        counters.buffers_created.store(2, std::sync::atomic::Ordering::Relaxed);
+        Ok(Gpu { device, queue, info, limits, max_binding, kernels, lost, fast, timestamps, spare, counters, readback: Default::default() })
     }
 
     /// An error when the device has been lost (the model must be loaded again).
@@ -298,6 +347,7 @@ impl Gpu {
     }
 
     fn buffer_padded(&self, label: &str, padded: u64) -> wgpu::Buffer {
+        Counters::add(&self.counters.buffers_created);
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: padded,
@@ -325,6 +375,7 @@ impl Gpu {
     pub fn uniform(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
         let mut v = data.to_vec();
         v.resize(data.len().div_ceil(16).max(1) * 16, 0);
+        Counters::add(&self.counters.buffers_created);
         self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: &v,
@@ -332,8 +383,19 @@ impl Gpu {
         })
     }
 
-    /// Waits for queued work natively (the browser runs it on its own).
+    /// Submits one command buffer (counted).
+    pub fn submit(&self, cmd: wgpu::CommandBuffer) {
+        Counters::add(&self.counters.submits);
+        self.queue.submit([cmd]);
+    }
+
+    /// Waits for queued work natively (the browser runs it on its own); counted as a sync.
     pub fn flush(&self) {
+        Counters::add(&self.counters.syncs);
+        self.wait();
+    }
+
+    fn wait(&self) {
         #[cfg(not(target_arch = "wasm32"))]
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
     }
@@ -344,6 +406,7 @@ impl Gpu {
     pub fn copy_bandwidth(&self) -> Result<f64> {
         let size = (self.max_binding.min(256 << 20) / 2 / 256 * 256).max(256);
         let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        self.counters.buffers_created.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
         let a = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("bw_a"), size, usage, mapped_at_creation: false });
         let b = self.device.create_buffer(&wgpu::BufferDescriptor { label: Some("bw_b"), size, usage, mapped_at_creation: false });
         let run = |n: usize| {
@@ -353,7 +416,7 @@ impl Gpu {
                 enc.copy_buffer_to_buffer(src, 0, dst, 0, size);
             }
             let t0 = std::time::Instant::now();
-            self.queue.submit([enc.finish()]);
+            self.submit(enc.finish());
             self.flush();
             t0.elapsed().as_secs_f64()
         };
@@ -363,35 +426,66 @@ impl Gpu {
         Ok(2.0 * 8.0 * size as f64 / secs.max(1e-9))
     }
 
-    /// Copies `size` bytes at `offset` of `src` back to the host.
+    /// Copies `size` bytes at `offset` of `src` back to the host, through a staging buffer kept
+    /// from an earlier read where one is large enough.
     pub async fn read(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = self.staging(size);
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(src, offset, &staging, 0, size);
-        self.queue.submit([enc.finish()]);
+        self.submit(enc.finish());
+        Counters::add(&self.counters.syncs);
         let (tx, rx) = futures_channel::oneshot::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        staging.slice(..size).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.flush();
+        self.wait();
         rx.await
             .map_err(|_| Error::Gpu("device lost during readback".into()))?
             .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?;
         let data = staging
-            .slice(..)
+            .slice(..size)
             .get_mapped_range()
             .map_err(|e| Error::Gpu(format!("readback failed: {e}")))?
             .to_vec();
         staging.unmap();
+        self.keep_staging(staging);
         // A validation error in the work that produced these bytes (a shader that did not
         // compile, say) makes them garbage: report it instead.
         self.check_lost()?;
         Ok(data)
+    }
+
+    /// A staging buffer of at least `size` bytes: the smallest kept one that is large enough,
+    /// else a new one of the next power of two (at least 256 bytes), so reads of slowly varying
+    /// sizes (a pass's output rows) reuse it.
+    fn staging(&self, size: u64) -> wgpu::Buffer {
+        if let Ok(mut kept) = self.readback.lock() {
+            if let Some(i) = (0..kept.len()).filter(|&i| kept[i].size() >= size).min_by_key(|&i| kept[i].size()) {
+                return kept.swap_remove(i);
+            }
+        }
+        Counters::add(&self.counters.buffers_created);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: size.next_power_of_two().max(256),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// Keeps a staging buffer for later reads (at most READBACK_KEEP, none over
+    /// READBACK_KEEP_BYTES; the smallest goes when full).
+    fn keep_staging(&self, b: wgpu::Buffer) {
+        if b.size() > READBACK_KEEP_BYTES {
+            return;
+        }
+        if let Ok(mut kept) = self.readback.lock() {
+            kept.push(b);
+            if kept.len() > READBACK_KEEP {
+                let smallest = (0..kept.len()).min_by_key(|&i| kept[i].size()).unwrap_or(0);
+                kept.swap_remove(smallest);
+            }
+        }
     }
 }
 

@@ -309,7 +309,7 @@ async fn run_ops(gpu: &Gpu, ops: &[Op], t: usize, y: &wgpu::Buffer, len: usize) 
             op.record(&mut pass, t as u32, 1);
         }
     }
-    gpu.queue.submit([enc.finish()]);
+    gpu.submit(enc.finish());
     let bytes = gpu.read(y, 0, (len * 4) as u64).await?;
     Ok(bytemuck::cast_slice(&bytes).to_vec())
 }
@@ -869,7 +869,7 @@ impl Session {
                     pass.dispatch_workgroups(x, y, 1);
                 }
             }
-            gpu.queue.submit([enc.finish()]);
+            gpu.submit(enc.finish());
         }
         // The caller vouches that `dst` held the first `from` tokens of `src`.
         let copied = self.held[src][..n].to_vec();
@@ -957,7 +957,7 @@ impl Session {
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             self.record_copies(&mut enc, outs);
             let t0 = std::time::Instant::now();
-            gpu.queue.submit([enc.finish()]);
+            gpu.submit(enc.finish());
             gpu.flush();
             *prof.entry("copy (host clock)").or_default() += t0.elapsed().as_secs_f64();
             time_ops(&gpu, &mut prof, &head);
@@ -997,11 +997,12 @@ impl Session {
             return;
         }
         let mut enc = gpu.device.create_command_encoder(&Default::default());
-        // A pass of a few tokens (decode) is one submit. A long prefill pass goes out in pieces
-        // of PREFILL_OPS_PER_SUBMIT ops (a few layers): on a slow GPU one command buffer for a
-        // whole 256-token pass through a big model can outlast the OS's or the browser's GPU
-        // watchdog (Windows resets the device after 2 s).
-        let per_submit = if t > MATVEC_MAX_T { PREFILL_OPS_PER_SUBMIT } else { usize::MAX };
+        // A pass of a few tokens (decode) goes out in DECODE_SUBMITS command buffers, so the
+        // device runs the first layers while the host records the rest. A long prefill pass
+        // goes out in pieces of PREFILL_OPS_PER_SUBMIT ops (a few layers): on a slow GPU one
+        // command buffer for a whole 256-token pass through a big model can outlast the OS's or
+        // the browser's GPU watchdog (Windows resets the device after 2 s).
+        let per_submit = if t > MATVEC_MAX_T { PREFILL_OPS_PER_SUBMIT } else { self.pass.body.len().div_ceil(DECODE_SUBMITS).max(1) };
         let mut chunks = self.pass.body.chunks(per_submit).peekable();
         while let Some(ops) = chunks.next() {
             {
@@ -1011,7 +1012,7 @@ impl Session {
                 }
             }
             if chunks.peek().is_some() {
-                gpu.queue.submit([std::mem::replace(&mut enc, gpu.device.create_command_encoder(&Default::default())).finish()]);
+                gpu.submit(std::mem::replace(&mut enc, gpu.device.create_command_encoder(&Default::default())).finish());
             }
         }
         if n_out > 0 {
@@ -1021,7 +1022,7 @@ impl Session {
                 op.record(&mut pass, n_out as u32, 1);
             }
         }
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit(enc.finish());
     }
 
     /// One forward pass that extends several sequences at once (at most [`Session::max_batch`]
@@ -1189,6 +1190,9 @@ impl Session {
 /// Ops per command buffer in a prefill pass (see `Session::run`): about four layers.
 const PREFILL_OPS_PER_SUBMIT: usize = 48;
 
+/// Command buffers per decode pass (the last also holds the output head).
+const DECODE_SUBMITS: usize = 2;
+
 /// Adds each op's GPU time to `prof` (seconds, by name). With timestamp queries every op is its
 /// own compute pass with a timestamp at its start and end, recorded into one submit per
 /// PREFILL_OPS_PER_SUBMIT ops (as a prefill pass, for the watchdog),
@@ -1201,7 +1205,7 @@ fn time_ops(gpu: &Gpu, prof: &mut HashMap<&'static str, f64>, ops: &[(&'static s
             let mut enc = gpu.device.create_command_encoder(&Default::default());
             op.record(&mut enc.begin_compute_pass(&Default::default()), t, splits);
             let t0 = std::time::Instant::now();
-            gpu.queue.submit([enc.finish()]);
+            gpu.submit(enc.finish());
             gpu.flush();
             *prof.entry(name).or_default() += t0.elapsed().as_secs_f64();
         }
@@ -1212,6 +1216,7 @@ fn time_ops(gpu: &Gpu, prof: &mut HashMap<&'static str, f64>, ops: &[(&'static s
         let n = 2 * chunk.len() as u32;
         let qs = gpu.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("profile"), ty: wgpu::QueryType::Timestamp, count: n });
         let size = n as u64 * wgpu::QUERY_SIZE as u64;
+        gpu.counters.buffers_created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("profile"),
             size,
@@ -1229,7 +1234,7 @@ fn time_ops(gpu: &Gpu, prof: &mut HashMap<&'static str, f64>, ops: &[(&'static s
             op.record(&mut pass, t, splits);
         }
         enc.resolve_query_set(&qs, 0..n, &resolved, 0);
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit(enc.finish());
         let Ok(bytes) = pollster::block_on(gpu.read(&resolved, 0, size)) else { return };
         let ticks: &[u64] = bytemuck::cast_slice(&bytes);
         for (i, &(name, ..)) in chunk.iter().enumerate() {
