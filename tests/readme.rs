@@ -61,6 +61,7 @@ const TABLE: &[(&str, How)] = &[
     ("npm pack ./www", By("tests/npm.rs", r#""pack", "./www""#)),
     ("scripts/build-extension --model https://host/TildeOpen-30b-Q4_K_M.gguf --target lv --parallel 8", By("tests/extension.rs", r#""--parallel", "2""#)),
     ("scripts/page-bench --parallel 1,8", Bench),
+    ("cargo test --release --locked --lib sampling_time_over_131072_logits -- --nocapture", By("src/chat/sampling/tests.rs", "fn sampling_time_over_131072_logits")),
     ("scripts/container", Bench),
     ("scripts/container --gpu", Bench),
     ("curl -s localhost:8080/ping", Curl(r#""status":"ok""#)),
