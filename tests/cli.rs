@@ -187,6 +187,40 @@ fn bench_counts_per_decode_token() {
     assert_eq!(j["submits_per_token"].as_f64(), Some(3.0), "{j}");
 }
 
+/// `info --dump-kernels DIR`: one WGSL file per pipeline the model compiles on this device (the
+/// matvec and matmul of each weight type, attention, ...), each as compiled, its overrides in the
+/// header; every file parses and validates with naga, and every override the header names is
+/// one the module declares.
+#[test]
+fn info_dumps_every_kernel_as_compiled() {
+    use wgpu::naga;
+    let dir = std::env::temp_dir().join(format!("tildeopen-kernels-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(["info", "--model", &tiny(), "--dump-kernels", dir.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    for k in ["matvec", "matmul", "embed", "argmax"] {
+        assert!(names.iter().any(|n| n.contains(&format!("-{k}"))), "no {k} kernel among {names:?}");
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{} kernels written", files.len())));
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let module = naga::front::wgsl::parse_str(&text).unwrap_or_else(|e| panic!("{}: {}", f.display(), e.emit_to_string(&text)));
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", f.display()));
+        let declared: Vec<&str> = module.overrides.iter().filter_map(|(_, o)| o.name.as_deref()).collect();
+        for line in text.lines().take_while(|l| l.starts_with("//")) {
+            if let Some(name) = line.strip_prefix("// override ").and_then(|r| r.split(" = ").next()) {
+                assert!(declared.contains(&name), "{}: override {name} is not in the module", f.display());
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `info` lists every adapter; `--adapter` (or TILDEOPEN_ADAPTER) picks one by a part of its
 /// name, ignoring case, and a name that matches none is an error that lists them.
 #[test]

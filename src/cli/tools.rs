@@ -42,6 +42,14 @@ pub enum ToolCmd {
         /// The adapter to describe (a part of its name; also TILDEOPEN_ADAPTER).
         #[arg(long)]
         adapter: Option<String>,
+        /// Also write every WGSL module the device compiles for a model (`--model`, default the
+        /// demo model) into this folder: one file per pipeline, as compiled, with its override
+        /// values in a header comment.
+        #[arg(long)]
+        dump_kernels: Option<PathBuf>,
+        /// The model whose kernels --dump-kernels writes.
+        #[arg(long, requires = "dump_kernels")]
+        model: Option<PathBuf>,
     },
     /// Download the default demo model if needed and print its path.
     Fetch,
@@ -101,7 +109,16 @@ pub enum ToolCmd {
 
 pub fn run(cmd: ToolCmd) -> Result<()> {
     match cmd {
-        ToolCmd::Info { max_binding_size, adapter } => {
+        ToolCmd::Info { max_binding_size, adapter, dump_kernels, model } => {
+            if let Some(dir) = dump_kernels {
+                // A session records every op of the forward pass (decode and prefill variants),
+                // which compiles every pipeline the model needs on this device.
+                let common = Common { model, kv_cache: "f16".into(), max_binding_size, quant: "q8_0".into(), ctx_size: None, int_dot: false, adapter: adapter.clone() };
+                let l = load(&common, 1)?;
+                let _session = Session::new(&l.model, l.sess)?;
+                let n = l.model.gpu.kernels.dump(&dir).map_err(|e| Error::Io { path: dir.display().to_string(), source: e })?;
+                eprintln!("{n} kernels written to {}", dir.display());
+            }
             let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&GpuOptions { max_binding_size, adapter, ..Default::default() }))?;
             let l = &gpu.limits;
             println!(

@@ -310,6 +310,25 @@ impl Kernels {
         p
     }
 
+    /// Writes every pipeline compiled so far into `dir`: one WGSL file per pipeline, the module
+    /// exactly as it was compiled (helpers prepended), with the kernel variant and its override
+    /// values in a header comment. Returns the number of files written.
+    pub fn dump(&self, dir: &std::path::Path) -> std::io::Result<usize> {
+        std::fs::create_dir_all(dir)?;
+        let mut kernels: Vec<Kernel> = self.pipelines.lock().unwrap().keys().copied().collect();
+        kernels.sort_by_key(|k| format!("{k:?}"));
+        for (i, k) in kernels.iter().enumerate() {
+            let mut text = format!("// pipeline {i}: {k:?}\n// entry point: main\n");
+            for (name, v) in k.constants() {
+                text += &format!("// override {name} = {v}\n");
+            }
+            text += "\n";
+            text += &k.source();
+            std::fs::write(dir.join(format!("{i:03}-{}.wgsl", k.name())), text)?;
+        }
+        Ok(kernels.len())
+    }
+
     /// A bind group for kernel `k` over `buffers` in binding order.
     pub fn bind(&self, k: Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
         let layout = self.layout(k.slots());
