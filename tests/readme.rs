@@ -146,7 +146,7 @@ fn scratch() -> (PathBuf, PathBuf) {
     std::fs::write(dir.join("doc.txt"), "The lease was signed on 3 May 2024 by Anna Berzina for the tenant and by Janis Ozols for the owner.\n").unwrap();
     std::fs::write(dir.join("report.txt"), "The new roof cost 12,000 euros, 2,000 more than planned, because of a late delivery. Heating costs fell by a fifth after the insulation work.\n").unwrap();
     let eval = std::fs::read_to_string(fixtures().join("smollm2/eval-shared.txt")).unwrap();
-    std::fs::write(dir.join("text.txt"), eval.chars().take(700).collect::<String>()).unwrap();
+    std::fs::write(dir.join("text.txt"), eval.chars().take(1200).collect::<String>()).unwrap();
     std::fs::write(
         dir.join("requests.jsonl"),
         "{\"messages\":[{\"role\":\"user\",\"content\":\"I like cakes.\"}],\"max_tokens\":4,\"temperature\":0}\n{\"messages\":[{\"role\":\"user\",\"content\":\"Sveiki\"}],\"max_tokens\":4,\"temperature\":0}\n",
