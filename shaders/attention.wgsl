@@ -2,13 +2,17 @@
 // and head_dim <= 256. Token t attends to the rows of its own sequence: cache rows SEQ[t].y ..
 // SEQ[t].y + SEQ[t].x (its first row, its position), so one pass can serve several sequences.
 // Keys are visited in tiles of 64 with an online softmax (running max and
-// sum), so the context length is bounded only by the cache. All math in f32.
+// sum), so the context length is bounded only by the cache. All math in f32. The cache buffers
+// hold KV heads head0 .. head0 + pheads (all of them unless the cache spans several buffers, one
+// dispatch each), laid out as kv_types.wgsl says.
 
 struct AttnParams {
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
     scale: f32,
+    head0: u32,  // first KV head in these buffers
+    pheads: u32, // KV heads in these buffers
 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> KC: array<u32>;
@@ -18,36 +22,66 @@ struct AttnParams {
 @group(0) @binding(5) var<uniform> p: AttnParams;
 @group(0) @binding(6) var<uniform> step: Step;
 
-override KV_F16: bool = true;
-
 const TILE: u32 = 64u;
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ps: array<f32, 64>;
 var<workgroup> red: array<f32, 64>;
 
-// Element `i` of a cache laid out as u32 words.
-fn kval(i: u32) -> f32 {
-    if (KV_F16) {
-        let w = KC[i >> 1u];
-        return unpack2x16float(w)[i & 1u];
+// Value `i` of cache row `row` (`vals` values a row), from its word `w` (of `kword`) and, for
+// quantized types, its block's scale word `sw` (of `kscale`).
+fn kword(row: u32, vals: u32, i: u32) -> u32 {
+    switch KV_TYPE {
+        case 0u: {
+            return row * vals + i;
+        }
+        case 1u: {
+            return (row * vals + i) / 2u;
+        }
+        default: {
+            return row * kv_row_words(vals) + i / select(8u, 4u, KV_TYPE == 2u);
+        }
     }
-    return bitcast<f32>(KC[i]);
 }
-fn vval(i: u32) -> f32 {
-    if (KV_F16) {
-        let w = VC[i >> 1u];
-        return unpack2x16float(w)[i & 1u];
+fn kscale(row: u32, vals: u32, i: u32) -> u32 {
+    return row * kv_row_words(vals) + kv_code_words(vals) + i / 64u;
+}
+fn decode(w: u32, sw: u32, i: u32) -> f32 {
+    switch KV_TYPE {
+        case 0u: {
+            return bitcast<f32>(w);
+        }
+        case 1u: {
+            return unpack2x16float(w)[i & 1u];
+        }
+        default: {
+            return kv_code(w, i) * kv_scale(sw, i / 32u);
+        }
     }
-    return bitcast<f32>(VC[i]);
+}
+fn kval(row: u32, vals: u32, i: u32) -> f32 {
+    var sw = 0u;
+    if (kv_quantized()) {
+        sw = KC[kscale(row, vals, i)];
+    }
+    return decode(KC[kword(row, vals, i)], sw, i);
+}
+fn vval(row: u32, vals: u32, i: u32) -> f32 {
+    var sw = 0u;
+    if (kv_quantized()) {
+        sw = VC[kscale(row, vals, i)];
+    }
+    return decode(VC[kword(row, vals, i)], sw, i);
 }
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let h = wid.x;
+    let ratio = p.heads / p.kv_heads;
+    let h = p.head0 * ratio + wid.x;
     let t = wid.y;
     let hd = p.head_dim;
-    let kvh = h / (p.heads / p.kv_heads);
-    let kv_dim = p.kv_heads * hd;
+    // This KV head's place in the buffers' rows.
+    let kvh = h / ratio - p.head0;
+    let vals = p.pheads * hd;
     let qbase = (t * p.heads + h) * hd;
     for (var d = lid; d < hd; d += TILE) {
         qs[d] = Q[qbase + d] * p.scale;
@@ -62,10 +96,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         let j = j0 + lid;
         var s = -3.0e38;
         if (j <= qpos) {
-            let kb = (first + j) * kv_dim + kvh * hd;
             var dotv = 0.0;
             for (var d = 0u; d < hd; d++) {
-                dotv = fma(qs[d], kval(kb + d), dotv);
+                dotv = fma(qs[d], kval(first + j, vals, kvh * hd + d), dotv);
             }
             s = dotv;
         }
@@ -101,7 +134,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             if (d < hd) {
                 var a = acc[c] * corr;
                 for (var i = 0u; i < n; i++) {
-                    a = fma(ps[i], vval((first + j0 + i) * kv_dim + kvh * hd + d), a);
+                    a = fma(ps[i], vval(first + j0 + i, vals, kvh * hd + d), a);
                 }
                 acc[c] = a;
             }

@@ -9,14 +9,18 @@
 // accumulators (a thread owns one or more words of a value row: adjacent threads read adjacent
 // words). With one slice (long passes, whose many tokens fill the device, and short contexts) it
 // writes the normalised output; with more, each slice writes its unnormalised sum with its
-// (max, sum) to PART and attn_combine.wgsl merges them. All math in f32.
+// (max, sum) to PART and attn_combine.wgsl merges them. All math in f32. The cache buffers hold
+// KV heads head0 .. head0 + kv_heads (all of them unless the cache spans several buffers, one
+// dispatch each), laid out as kv_types.wgsl says: f32, f16, or q8_0 / q4_0 blocks whose codes
+// are read a vec4 of words at a time and scaled before the dot.
 
 struct SplitParams {
     heads: u32,
-    kv_heads: u32,
+    kv_heads: u32, // KV heads in these buffers
     head_dim: u32,
     scale: f32,
-    span: u32, // keys per slice, a multiple of CHUNK
+    span: u32,  // keys per slice, a multiple of CHUNK
+    head0: u32, // the first of them
 }
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> KC: array<vec4<u32>>;
@@ -27,7 +31,6 @@ struct SplitParams {
 @group(0) @binding(6) var<uniform> p: SplitParams;
 @group(0) @binding(7) var<uniform> step: Step;
 
-override KV_F16: bool = true;
 override G: u32 = 1u;       // query heads per KV head
 override QT: u32 = 1u;      // tokens per workgroup (R = QT * G <= MAXR)
 override CHUNK: u32 = 256u; // keys per round, a multiple of 64 * KB (R * (head_dim + CHUNK) <= 3072)
@@ -57,15 +60,19 @@ fn prob4(j: u32) -> vec4<f32> {
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let kvh = wid.x;
+    // The first of this workgroup's query heads (of all the model's).
+    let qh0 = (p.head0 + kvh) * G;
     let slice = wid.y;
     let t0 = wid.z * QT;
     let R = QT * G;
     let hd = p.head_dim;
     let hd4 = hd / 4u;
     let kv_dim = p.kv_heads * hd;
-    // Values per cache word, and words per row of one head.
-    let vpw = select(1u, 2u, KV_F16);
+    // Values per thread's column (a word of f32 or f16, a pair of quantized values), and columns
+    // per row of one head.
+    let vpw = select(2u, 1u, KV_TYPE == 0u);
     let wcols = hd / vpw;
+    let rw = kv_row_words(kv_dim);
     // One slice (long passes, short contexts) is the whole context.
     let span = select(p.span, 0xffffffffu, step.splits <= 1u);
     // Each token's cache rows in this slice, [ts, te) (empty past the pass's last token), and
@@ -94,7 +101,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         let u = r / G;
         var q = vec4<f32>(0.0);
         if (t0 + u < step.t) {
-            q = Q[((t0 + u) * p.heads + kvh * G + r % G) * hd4 + i % hd4] * p.scale;
+            q = Q[((t0 + u) * p.heads + qh0 + r % G) * hd4 + i % hd4] * p.scale;
         }
         qpool[i] = q;
     }
@@ -119,15 +126,62 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         // vec4 read from workgroup memory serves KB keys.
         for (var i0 = lid; i0 < n4; i0 += 64u * KB) {
             var s: array<f32, 2 * MAXR>; // [KB][R]
+            // The first word of each key row, and (f16, f32) its head's first vec4.
+            var rowb: array<u32, 2>;
             var base: array<u32, 2>;
             for (var b = 0u; b < KB; b++) {
                 let row = c0 + min(i0 + 64u * b, n - 1u);
-                base[b] = (row * kv_dim + kvh * hd) / select(4u, 8u, KV_F16);
+                rowb[b] = row * rw;
+                base[b] = (row * kv_dim + kvh * hd) / select(4u, 8u, KV_TYPE == 1u);
                 for (var h = 0u; h < R; h++) {
                     s[b * MAXR + h] = 0.0;
                 }
             }
-            if (KV_F16) {
+            if (kv_quantized()) {
+                let bw = kv_block_words();
+                let cw = kv_code_words(kv_dim);
+                let blk0 = kvh * hd / 32u;
+                for (var blk = 0u; blk < hd / 32u; blk++) {
+                    var d: array<f32, 2>;
+                    for (var b = 0u; b < KB; b++) {
+                        let sw = rowb[b] + cw + (blk0 + blk) / 2u;
+                        d[b] = kv_scale(KC[sw / 4u][sw % 4u], blk0 + blk);
+                    }
+                    for (var m = 0u; m < bw / 4u; m++) {
+                        var kw: array<vec4<u32>, 2>;
+                        for (var b = 0u; b < KB; b++) {
+                            kw[b] = KC[(rowb[b] + (blk0 + blk) * bw) / 4u + m];
+                        }
+                        for (var c = 0u; c < 4u; c++) {
+                            // q8_0: one vec4 of values a word; q4_0: two.
+                            var ka: array<vec4<f32>, 2>;
+                            var kb: array<vec4<f32>, 2>;
+                            for (var b = 0u; b < KB; b++) {
+                                if (KV_TYPE == 2u) {
+                                    ka[b] = kv_q8(kw[b][c]) * d[b];
+                                } else {
+                                    ka[b] = kv_q4(kw[b][c], 0u) * d[b];
+                                    kb[b] = kv_q4(kw[b][c], 1u) * d[b];
+                                }
+                            }
+                            for (var h = 0u; h < R; h++) {
+                                if (KV_TYPE == 2u) {
+                                    let q = qpool[h * hd4 + blk * 8u + m * 4u + c];
+                                    for (var b = 0u; b < KB; b++) {
+                                        s[b * MAXR + h] += dot(ka[b], q);
+                                    }
+                                } else {
+                                    let qa = qpool[h * hd4 + blk * 8u + 2u * c];
+                                    let qb = qpool[h * hd4 + blk * 8u + 2u * c + 1u];
+                                    for (var b = 0u; b < KB; b++) {
+                                        s[b * MAXR + h] += dot(ka[b], qa) + dot(kb[b], qb);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            } else if (KV_TYPE == 1u) {
                 for (var w = 0u; w < hd / 8u; w++) {
                     var ka: array<vec4<f32>, 2>;
                     var kb: array<vec4<f32>, 2>;
@@ -223,15 +277,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
                 }
                 let vstride = kv_dim / vpw;
                 let vbase = c0 * vstride + kvh * wcols + wc;
+                // Quantized: this column's values in the row, its code word and scale word.
+                let vi = kvh * hd + 2u * wc;
+                let vcode = vi / select(8u, 4u, KV_TYPE == 2u);
+                let vscale = kv_code_words(kv_dim) + vi / 64u;
                 // Four keys at a time: one workgroup-memory load of their four probabilities
                 // per query row (the rows of the last round past `n` hold zeros).
                 for (var i = 0u; i < n4; i += 4u) {
                     var v: array<vec2<f32>, 4>;
                     for (var k = 0u; k < 4u; k++) {
-                        let vw = VC[vbase + min(i + k, n - 1u) * vstride];
-                        v[k] = vec2<f32>(bitcast<f32>(vw), 0.0);
-                        if (KV_F16) {
-                            v[k] = unpack2x16float(vw);
+                        let key = min(i + k, n - 1u);
+                        if (kv_quantized()) {
+                            let r0 = (c0 + key) * rw;
+                            v[k] = kv_code_pair(VC[r0 + vcode], vi, kv_scale(VC[r0 + vscale], vi / 32u));
+                        } else {
+                            let vw = VC[vbase + key * vstride];
+                            v[k] = vec2<f32>(bitcast<f32>(vw), 0.0);
+                            if (KV_TYPE == 1u) {
+                                v[k] = unpack2x16float(vw);
+                            }
                         }
                     }
                     for (var h = 0u; h < R; h++) {
@@ -263,19 +327,19 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             for (var h = 0u; h < R; h++) {
                 let t = t0 + h / G;
                 if (t < step.t) {
-                    let head = kvh * G + h % G;
+                    let head = qh0 + h % G;
                     let a = acc[c * MAXR + h];
                     if (step.splits <= 1u) {
                         let o = (t * p.heads + head) * hd + wc * vpw;
                         let l = ml[h].y;
                         OUT[o] = a.x / l;
-                        if (KV_F16) {
+                        if (vpw == 2u) {
                             OUT[o + 1u] = a.y / l;
                         }
                     } else {
                         let o = ((t * p.heads + head) * step.splits + slice) * rec_len + wc * vpw;
                         PART[o] = a.x;
-                        if (KV_F16) {
+                        if (vpw == 2u) {
                             PART[o + 1u] = a.y;
                         }
                     }
@@ -285,7 +349,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     if (step.splits > 1u && lid < R && t0 + lid / G < step.t) {
         let t = t0 + lid / G;
-        let o = ((t * p.heads + kvh * G + lid % G) * step.splits + slice) * rec_len + hd;
+        let o = ((t * p.heads + qh0 + lid % G) * step.splits + slice) * rec_len + hd;
         PART[o] = ml[lid].x;
         PART[o + 1u] = ml[lid].y;
     }

@@ -4,8 +4,10 @@
 //   - one per two adjacent key rope pairs (i, i + 1): rotates them and stores dims i, i + 1 and
 //     i + d/2, i + d/2 + 1 to the cache (two f16 words);
 //   - one per pair of V values: stored as is.
-// Token t goes to cache row SEQ[t].y + SEQ[t].x. The cache is u32 words: f16 pairs
-// (pack2x16float) with KV_F16, else f32 bit patterns. CS holds cos/sin per token and frequency.
+// Token t goes to cache row SEQ[t].y + SEQ[t].x, laid out as kv_types.wgsl says. With a quantized
+// cache the key and value work items are instead one per pair of 32-value blocks of the row
+// (kv_write.wgsl): a key item rotates its 64 dims, then quantizes and stores them. CS holds
+// cos/sin per token and frequency.
 
 struct RopeKvParams {
     heads: u32,
@@ -22,12 +24,10 @@ struct RopeKvParams {
 @group(0) @binding(7) var<uniform> p: RopeKvParams;
 @group(0) @binding(8) var<uniform> step: Step;
 
-override KV_F16: bool = true;
-
-// Stores the pair `v` at dims (d, d + 1) of cache row `row` (kv_dim values per row).
+// Stores the pair `v` at dims (d, d + 1) of cache row `row` (kv_dim values per row): f16 or f32.
 fn store(row: u32, d: u32, v: vec2<f32>, is_k: bool) {
     let kv_dim = p.kv_heads * p.head_dim;
-    if (KV_F16) {
+    if (KV_TYPE == 1u) {
         let o = (row * kv_dim + d) / 2u;
         if (is_k) {
             KC[o] = pack_f16(v);
@@ -51,10 +51,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let hd = p.head_dim;
     let half = hd / 2u;
     let nq = p.heads * half;
-    let nk = p.kv_heads * half / 2u;
     let kv_dim = p.kv_heads * hd;
     let nv = kv_dim / 2u;
-    let per_token = nq + nk + nv;
+    // Key and value items: pairs of rope pairs and of values, or pairs of blocks.
+    let nb = (kv_dim + 63u) / 64u;
+    let nk = select(p.kv_heads * half / 2u, nb, kv_quantized());
+    let nvi = select(nv, nb, kv_quantized());
+    let per_token = nq + nk + nvi;
     let idx = gid.y * nwg.x * 64u + gid.x;
     if (idx >= step.t * per_token) {
         return;
@@ -73,6 +76,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     let row = SEQ[t].y + SEQ[t].x;
     j -= nq;
+    if (kv_quantized()) {
+        store_blocks(t, row, select(j - nk, j, j < nk), j < nk);
+        return;
+    }
     if (j < nk) {
         let h = j / (half / 2u);
         let i = 2u * (j % (half / 2u));
@@ -89,4 +96,39 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     j -= nk;
     store(row, 2u * j, V[t * nv + j], false);
+}
+
+// A quantized cache: blocks 2 * pair and 2 * pair + 1 of token t's key row (rotated) or value
+// row, stored to cache row `row`.
+fn store_blocks(t: u32, row: u32, pair: u32, is_k: bool) {
+    let hd = p.head_dim;
+    let half = hd / 2u;
+    let kv_dim = p.kv_heads * hd;
+    let base = row * kv_row_words(kv_dim);
+    var d = vec2<f32>(0.0);
+    for (var b = 0u; b < 2u; b++) {
+        let blk = 2u * pair + b;
+        if (blk * 32u >= kv_dim) {
+            break;
+        }
+        var x: array<f32, 32>;
+        for (var k = 0u; k < 32u; k++) {
+            let dim = blk * 32u + k;
+            let src = t * kv_dim + dim;
+            if (is_k) {
+                // Dim i of its head pairs with i + d/2 (first half) or i - d/2 (second half).
+                let i = dim % hd;
+                let lo = i < half;
+                let f = select(i - half, i, lo);
+                let cs = CS[t * half + f];
+                let other = K[select(src - half, src + half, lo)];
+                x[k] = select(K[src] * cs.x + other * cs.y, K[src] * cs.x - other * cs.y, lo);
+            } else {
+                let v = V[src / 2u];
+                x[k] = v[src & 1u];
+            }
+        }
+        d[b] = kv_put_block(is_k, base, blk, x);
+    }
+    kv_put_scales(is_k, base, kv_dim, pair, d);
 }

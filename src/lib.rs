@@ -25,7 +25,7 @@ pub mod web;
 pub use chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, FinishReason, Message};
 pub use chat::{ChatEngine, ChatOptions};
 pub use error::{Error, Result};
-pub use gpu::session::{Session, SessionOptions};
+pub use gpu::session::{KvType, Session, SessionOptions};
 pub use model::config::ModelConfig;
 pub use model::Model;
 pub use text::tokenizer::Tokenizer;

@@ -7,7 +7,7 @@ use tildeopen::chat::api::{ChatRequest, Message};
 use tildeopen::chat::{Event, Output};
 use tildeopen::gpu::session::Piece;
 use tildeopen::text::tokenizer::Tokenizer;
-use tildeopen::{ChatEngine, ChatOptions, Model, Session, SessionOptions};
+use tildeopen::{ChatEngine, ChatOptions, KvType, Model, Session, SessionOptions};
 
 fn tiny() -> (Model, Tokenizer) {
     let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
@@ -35,12 +35,12 @@ fn sequences_in_one_pass_match_each_alone() {
     let alone: Vec<Vec<Vec<f32>>> = prompts
         .iter()
         .map(|p| {
-            let mut s = Session::new(&model, SessionOptions { ctx_size: 64, kv_f16: false, ..Default::default() }).unwrap();
+            let mut s = Session::new(&model, SessionOptions { ctx_size: 64, kv: KvType::F32, ..Default::default() }).unwrap();
             pollster::block_on(s.logits_all(p)).unwrap()
         })
         .collect();
 
-    let mut s = Session::new(&model, SessionOptions { ctx_size: 32, kv_f16: false, sequences: 3, ..Default::default() }).unwrap();
+    let mut s = Session::new(&model, SessionOptions { ctx_size: 32, kv: KvType::F32, sequences: 3, ..Default::default() }).unwrap();
     assert_eq!(s.sequences(), 3);
     // (sequence, first token, tokens, logits wanted) per pass.
     let passes: [&[(usize, usize, usize, bool)]; 4] = [
@@ -113,7 +113,7 @@ fn request(msg: &str, max_tokens: u64) -> ChatRequest {
 }
 
 fn engine(model: &Model, tok: Tokenizer, parallel: usize) -> ChatEngine {
-    let opts = ChatOptions { ctx_size: Some(96), kv_f16: false, parallel, model_name: "tiny".into(), ..Default::default() };
+    let opts = ChatOptions { ctx_size: Some(96), kv: KvType::F32, parallel, model_name: "tiny".into(), ..Default::default() };
     ChatEngine::new(model, tok, opts).unwrap()
 }
 
@@ -216,7 +216,7 @@ fn late_request_copies_a_prefix_still_being_prefilled() {
     let mut one = engine(&model, tok, 1);
     let expected: Vec<String> = reqs.iter().map(|r| pollster::block_on(one.complete(r)).unwrap().content().to_string()).collect();
 
-    let opts = ChatOptions { ctx_size: Some(96), kv_f16: false, parallel: 2, max_batch: 8, model_name: "tiny".into() };
+    let opts = ChatOptions { ctx_size: Some(96), kv: KvType::F32, parallel: 2, max_batch: 8, model_name: "tiny".into() };
     let mut eng = ChatEngine::new(&model, tiny_tokenizer(), opts).unwrap();
     let lens: Vec<u64> = reqs.iter().map(|r| eng.prompt_tokens(r).unwrap().len() as u64).collect();
     assert!(lens[0] > 24, "the shared start must take several 8-token passes");

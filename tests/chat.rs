@@ -9,7 +9,7 @@ use tildeopen::chat::api::{ApiError, ChatRequest, FinishReason, Message, Stop};
 use tildeopen::chat::tasks::Task;
 use tildeopen::text::template::ChatTemplate;
 use tildeopen::text::tokenizer::Tokenizer;
-use tildeopen::{ChatEngine, ChatOptions, Model, Session, SessionOptions};
+use tildeopen::{ChatEngine, ChatOptions, KvType, Model, Session, SessionOptions};
 
 fn tiny() -> (Model, Tokenizer) {
     let path = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
@@ -17,7 +17,7 @@ fn tiny() -> (Model, Tokenizer) {
 }
 
 fn engine(model: &Model, tok: Tokenizer, ctx: usize) -> ChatEngine {
-    ChatEngine::new(model, tok, ChatOptions { ctx_size: Some(ctx), kv_f16: false, model_name: "tiny".into(), ..Default::default() }).unwrap()
+    ChatEngine::new(model, tok, ChatOptions { ctx_size: Some(ctx), kv: KvType::F32, model_name: "tiny".into(), ..Default::default() }).unwrap()
 }
 
 fn greedy(msg: &str, max_tokens: u64) -> ChatRequest {
@@ -232,7 +232,7 @@ fn finish_reasons_stops_context_and_seeds() {
 
     // The same greedy ids from the bare session, to pick an eos and a stop string from.
     let prompt = eng.prompt_tokens(&greedy("I like cakes.", 6)).unwrap();
-    let mut s = Session::new(&model, SessionOptions { ctx_size: 96, kv_f16: false, ..Default::default() }).unwrap();
+    let mut s = Session::new(&model, SessionOptions { ctx_size: 96, kv: KvType::F32, ..Default::default() }).unwrap();
     let ids = pollster::block_on(s.generate_greedy(&prompt, 6, &[])).unwrap();
     let tok2 = Tokenizer::load(&fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf")).unwrap();
     assert_eq!(six, tok2.decode(&ids).unwrap().trim_end_matches('\u{FFFD}'));

@@ -117,6 +117,11 @@ pub fn gpu_baseline() -> Gpu {
     pollster::block_on(Gpu::new(&GpuOptions { baseline: true, ..Default::default() })).expect("no usable GPU adapter")
 }
 
+/// The baseline kernels with bindings capped at `max_binding` bytes.
+pub fn gpu_baseline_capped(max_binding: u64) -> Gpu {
+    pollster::block_on(Gpu::new(&GpuOptions { baseline: true, max_binding_size: Some(max_binding), ..Default::default() })).expect("no usable GPU adapter")
+}
+
 /// Loads a model on `gpu`; HF checkpoints in bf16.
 pub fn load_on(path: &Path, gpu: &Gpu) -> Model {
     Model::load_on(path, gpu, WeightFormat::BF16).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

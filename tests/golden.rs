@@ -3,10 +3,10 @@
 
 mod common;
 use common::*;
-use tildeopen::{Session, SessionOptions};
+use tildeopen::{KvType, Session, SessionOptions};
 
-fn opts(kv_f16: bool) -> SessionOptions {
-    SessionOptions { ctx_size: 256, kv_f16, ..Default::default() }
+fn opts(kv: KvType) -> SessionOptions {
+    SessionOptions { ctx_size: 256, kv, ..Default::default() }
 }
 
 /// f32 KV cache: max |logit - golden| <= 0.01 everywhere, and greedy tokens identical up to the
@@ -25,7 +25,7 @@ fn f32_cache_matches_golden_and_greedy() {
             if binding.is_some() {
                 assert!(model.embed.chunks.len() > 1, "{name}: embedding not split under a 128 KiB cap");
             }
-            let mut s = Session::new(&model, opts(false)).unwrap();
+            let mut s = Session::new(&model, opts(KvType::F32)).unwrap();
             let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
             let d = max_abs_diff(&logits, &g.logits);
             println!("{name} binding={binding:?} baseline={baseline} subgroups={} norm_fold={}: max |dlogit| = {d:.6}", gpu.fast.subgroups, gpu.fast.norm_fold);
@@ -51,7 +51,7 @@ fn f16_cache_within_tolerance() {
     for (name, model_path, golden_path) in cases() {
         let g = golden(&golden_path);
         let model = load_on(&model_path, &gpu);
-        let mut s = Session::new(&model, opts(true)).unwrap();
+        let mut s = Session::new(&model, opts(KvType::F16)).unwrap();
         let logits = pollster::block_on(s.logits_all(&g.input_ids)).unwrap();
         let mut diffs: Vec<f32> = vec![];
         for (pos, (row, grow)) in logits.iter().zip(&g.logits).enumerate() {
@@ -83,7 +83,7 @@ fn f16_cache_within_tolerance() {
 #[test]
 fn int_dot_matvec_within_tolerance() {
     let (gpu, plain) = (gpu_int_dot(), gpu(None));
-    let opts = SessionOptions { max_batch: 16, ..opts(false) };
+    let opts = SessionOptions { max_batch: 16, ..opts(KvType::F32) };
     let mut failures = vec![];
     for (name, model_path, golden_path) in cases() {
         let g = golden(&golden_path);
@@ -129,7 +129,7 @@ fn prefill_then_decode_equals_one_prefill() {
         let model = load_on(&root.join(m), &gpu);
         let g = golden(&root.join(if m.ends_with(".gguf") { m.replace(".gguf", ".golden.safetensors") } else { format!("{m}/golden.safetensors") }));
         let ids = &g.input_ids[..g.input_ids.len().min(80)];
-        let mut s = Session::new(&model, opts(false)).unwrap();
+        let mut s = Session::new(&model, opts(KvType::F32)).unwrap();
         // A folded norm leaves a decode step two dispatches per layer (the attention and FFN
         // norms); a pass over more tokens than the matvec takes keeps them.
         let saved = if gpu.fast.norm_fold { 2 * model.cfg.num_layers } else { 0 };
@@ -166,17 +166,17 @@ fn split_attention_over_long_contexts_equals_full_attention() {
         let vocab = model.cfg.vocab_size as u32;
         // 700 tokens: three 256-key slices; then 5 tokens in one pass and 7 one at a time.
         let ids: Vec<u32> = (0..712u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % vocab).collect();
-        for kv_f16 in [false, true] {
-            let opts = SessionOptions { ctx_size: 1024, kv_f16, ..Default::default() };
+        for kv in KvType::ALL {
+            let opts = SessionOptions { ctx_size: 1024, kv, ..Default::default() };
             let mut s = Session::new(&base_model, opts.clone()).unwrap();
             let baseline = pollster::block_on(s.logits_all(&ids)).unwrap();
             let mut s = Session::new(&model, opts).unwrap();
             let whole = pollster::block_on(s.logits_all(&ids)).unwrap();
             let d = max_abs_diff(&whole, &baseline);
-            println!("{m} (f16 cache: {kv_f16}): one long pass vs baseline kernels, max |d| = {d}");
+            println!("{m} ({kv} cache): one long pass vs baseline kernels, max |d| = {d}");
             // The fused RoPE + store may round K differently in the last f32 bit, which can move
             // an f16 cache entry by one f16 step; this model amplifies that (see the f16 test).
-            let bound = if kv_f16 { 0.15 } else { 1e-3 };
+            let bound = if kv == KvType::F32 { 1e-3 } else { 0.15 };
             assert!(d <= bound, "{m}: {d}");
             s.reset();
             pollster::block_on(s.feed(&ids[..700])).unwrap();
@@ -188,7 +188,7 @@ fn split_attention_over_long_contexts_equals_full_attention() {
                 stepped.push(pollster::block_on(s.last_logits()).unwrap());
             }
             let d = max_abs_diff(&stepped, &whole[704..]);
-            println!("{m} (f16 cache: {kv_f16}): split vs full attention at 700+ tokens, max |d| = {d}");
+            println!("{m} ({kv} cache): split vs full attention at 700+ tokens, max |d| = {d}");
             assert!(d <= 1e-3, "{m}: {d}");
         }
     }
@@ -247,7 +247,7 @@ fn subgroup_kernels_at_another_subgroup_size() {
             let model = load_on(&model_path, &gpu);
             // The subgroup matvec serves passes of up to 16 tokens: the input in passes of 5
             // (its 8-token loop) and the first 12 one at a time (its one-token pipeline).
-            let mut s = Session::new(&model, opts(false)).unwrap();
+            let mut s = Session::new(&model, opts(KvType::F32)).unwrap();
             let mut logits = vec![];
             for piece in g.input_ids.chunks(5) {
                 logits.extend(pollster::block_on(s.logits_all(piece)).unwrap());

@@ -5,10 +5,10 @@ mod common;
 use common::*;
 use std::collections::HashMap;
 use tildeopen::model::loader::WeightFormat;
-use tildeopen::{Model, Session, SessionOptions};
+use tildeopen::{KvType, Model, Session, SessionOptions};
 
 fn logits(model: &Model, ids: &[u32]) -> Vec<Vec<f32>> {
-    let mut s = Session::new(model, SessionOptions { ctx_size: 256, kv_f16: false, ..Default::default() }).unwrap();
+    let mut s = Session::new(model, SessionOptions { ctx_size: 256, kv: KvType::F32, ..Default::default() }).unwrap();
     pollster::block_on(s.logits_all(ids)).unwrap()
 }
 

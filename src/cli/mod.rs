@@ -16,7 +16,7 @@ use tildeopen::model::loader::WeightFormat;
 use tildeopen::model::LoadOptions;
 use tildeopen::text::tokenizer::Tokenizer;
 use tildeopen::chat::engine::MAX_CONTEXT;
-use tildeopen::{ChatEngine, ChatOptions, Error, Model, Result, SessionOptions};
+use tildeopen::{ChatEngine, ChatOptions, Error, KvType, Model, Result, SessionOptions};
 
 #[derive(Parser)]
 #[command(name = "tildeopen", version, about = "TildeOpen LLMs on WGSL compute shaders (wgpu)")]
@@ -41,8 +41,9 @@ pub struct Common {
     /// Q4_1), fetched on first use.
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// KV cache storage: f16 (packed in u32) or f32.
-    #[arg(long, default_value = "f16", value_parser = ["f16", "f32"])]
+    /// KV cache storage: f16 (packed in u32), f32, or llama.cpp's q8_0 / q4_0 blocks (about a
+    /// half / a quarter of f16's bytes).
+    #[arg(long, default_value = "f16", value_parser = ["f16", "f32", "q8_0", "q4_0"])]
     pub kv_cache: String,
     /// Cap every GPU buffer binding at this many bytes (tensors are split to fit).
     #[arg(long)]
@@ -122,12 +123,12 @@ pub fn load(c: &Common, min_ctx: usize) -> Result<Loaded> {
     bar.finish_and_clear();
     let model = model?;
     software_note(&model.gpu.info);
-    let kv_f16 = c.kv_cache == "f16";
+    let kv = KvType::parse(&c.kv_cache)?;
     // Default context: the shared default, but never less than this command needs.
     let ctx = c
         .ctx_size
-        .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, kv_f16, 1, DEFAULT_CTX_CAP).max(min_ctx));
-    let sess = SessionOptions { ctx_size: ctx, kv_f16, ..Default::default() };
+        .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, kv, 1, DEFAULT_CTX_CAP).max(min_ctx));
+    let sess = SessionOptions { ctx_size: ctx, kv, ..Default::default() };
     Ok(Loaded { model, sess, path })
 }
 
@@ -176,10 +177,10 @@ pub fn engine_named(c: &Common, name: Option<String>, parallel: usize) -> Result
     }
     let l = load(c, 0)?;
     let tok = Tokenizer::load(&l.path)?;
-    let default = default_ctx_size(&l.model.cfg, l.model.gpu.max_binding, l.sess.kv_f16, parallel, DEFAULT_CTX_CAP);
+    let default = default_ctx_size(&l.model.cfg, l.model.gpu.max_binding, l.sess.kv, parallel, DEFAULT_CTX_CAP);
     let opts = ChatOptions {
         ctx_size: Some(c.ctx_size.unwrap_or(default)),
-        kv_f16: l.sess.kv_f16,
+        kv: l.sess.kv,
         max_batch: l.sess.max_batch,
         parallel,
         model_name: name.unwrap_or_else(|| model_name(&l.path)),

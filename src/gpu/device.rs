@@ -332,6 +332,18 @@ impl Gpu {
         Ok(self.buffer_padded(label, padded))
     }
 
+    /// A storage buffer of exactly `size` bytes (a multiple of 4), up to the binding limit itself:
+    /// for buffers no kernel reads past the end of (the KV cache).
+    pub fn storage_exact(&self, label: &str, size: u64) -> Result<wgpu::Buffer> {
+        if size > self.max_binding || size > self.limits.max_buffer_size || !size.is_multiple_of(4) {
+            return Err(Error::Gpu(format!(
+                "{label}: a buffer of {size} bytes exceeds the device's binding limit of {} bytes",
+                self.max_binding
+            )));
+        }
+        Ok(self.buffer_padded(label, size.max(4)))
+    }
+
     /// A storage buffer bound by the device's real limits only, not the engine's cap (for tools
     /// and tests that feed kernels directly).
     pub fn storage_uncapped(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {

@@ -1,7 +1,7 @@
 //! The WGSL kernels (one per file in `shaders/`), their bind group layouts and pipelines.
 //! Every kernel is prefixed with `common.wgsl` (shared structs); weight-reading kernels are
 //! linked with `bytes.wgsl` and the weight type's `dequant8`/`dot32`;
-//! variants (accumulate into the output, f16 or f32 KV cache) are `override` constants.
+//! variants (accumulate into the output, the KV cache's type) are `override` constants.
 
 use crate::model::quant::GgmlType;
 use std::collections::HashMap;
@@ -34,14 +34,15 @@ pub enum Kernel {
     NormQuant,
     Rope,
     /// RoPE on Q and K plus the KV-cache store, in one kernel.
-    RopeKv { f16: bool },
-    KvStore { f16: bool },
+    /// `kv`: the KV cache's type (`KvType::code`: f32, f16, q8_0, q4_0) in these four.
+    RopeKv { kv: u32 },
+    KvStore { kv: u32 },
     KvCopy,
-    Attention { f16: bool },
+    Attention { kv: u32 },
     /// Split attention: `g` query heads per KV head, `qt` tokens per workgroup, `chunk` keys per
     /// round, `kb` keys per thread in its score loop, `gt` threads per query row in its
     /// reductions, `wpt` value words per thread.
-    AttnSplit { f16: bool, g: u32, qt: u32, chunk: u32, kb: u32, gt: u32, wpt: u32, hd: u32 },
+    AttnSplit { kv: u32, g: u32, qt: u32, chunk: u32, kb: u32, gt: u32, wpt: u32, hd: u32 },
     AttnCombine,
     SwiGlu,
     Argmax,
@@ -146,6 +147,8 @@ impl Kernel {
         const MAT_OUT: &str = include_str!("../../shaders/mat_out.wgsl");
         const MAT_NORM: &str = include_str!("../../shaders/mat_norm.wgsl");
         const RMS: &str = include_str!("../../shaders/rms.wgsl");
+        const KV_TYPES: &str = include_str!("../../shaders/kv_types.wgsl");
+        const KV_WRITE: &str = include_str!("../../shaders/kv_write.wgsl");
         let matrix = |ty: GgmlType| format!("{}\n{MAT_OUT}", weights(ty));
         const MATVEC_REDUCE: &str = include_str!("../../shaders/matvec_reduce.wgsl");
         let matvec = |ty: GgmlType| format!("{}\n{MAT_NORM}", matrix(ty));
@@ -161,11 +164,11 @@ impl Kernel {
             Kernel::RmsNorm => (RMS.into(), include_str!("../../shaders/rmsnorm.wgsl")),
             Kernel::NormQuant => (RMS.into(), include_str!("../../shaders/norm_quant.wgsl")),
             Kernel::Rope => (String::new(), include_str!("../../shaders/rope.wgsl")),
-            Kernel::RopeKv { .. } => (String::new(), include_str!("../../shaders/rope_kv.wgsl")),
-            Kernel::KvStore { .. } => (String::new(), include_str!("../../shaders/kv_store.wgsl")),
+            Kernel::RopeKv { .. } => (format!("{KV_TYPES}\n{KV_WRITE}"), include_str!("../../shaders/rope_kv.wgsl")),
+            Kernel::KvStore { .. } => (format!("{KV_TYPES}\n{KV_WRITE}"), include_str!("../../shaders/kv_store.wgsl")),
             Kernel::KvCopy => (String::new(), include_str!("../../shaders/kv_copy.wgsl")),
-            Kernel::Attention { .. } => (String::new(), include_str!("../../shaders/attention.wgsl")),
-            Kernel::AttnSplit { .. } => (String::new(), include_str!("../../shaders/attn_split.wgsl")),
+            Kernel::Attention { .. } => (KV_TYPES.into(), include_str!("../../shaders/attention.wgsl")),
+            Kernel::AttnSplit { .. } => (KV_TYPES.into(), include_str!("../../shaders/attn_split.wgsl")),
             Kernel::AttnCombine => (String::new(), include_str!("../../shaders/attn_combine.wgsl")),
             Kernel::SwiGlu => (String::new(), include_str!("../../shaders/swiglu.wgsl")),
             Kernel::Argmax => (String::new(), include_str!("../../shaders/argmax.wgsl")),
@@ -197,9 +200,9 @@ impl Kernel {
                 c
             }
             Kernel::MatMul { acc, glu, .. } => vec![("ACCUMULATE", acc as u8 as f64), ("GLU", glu as u8 as f64)],
-            Kernel::KvStore { f16 } | Kernel::Attention { f16 } | Kernel::RopeKv { f16 } => vec![("KV_F16", f16 as u8 as f64)],
-            Kernel::AttnSplit { f16, g, qt, chunk, kb, gt, wpt, hd } => vec![
-                ("KV_F16", f16 as u8 as f64),
+            Kernel::KvStore { kv } | Kernel::Attention { kv } | Kernel::RopeKv { kv } => vec![("KV_TYPE", kv as f64)],
+            Kernel::AttnSplit { kv, g, qt, chunk, kb, gt, wpt, hd } => vec![
+                ("KV_TYPE", kv as f64),
                 ("G", g as f64),
                 ("QT", qt as f64),
                 ("CHUNK", chunk as f64),

@@ -5,7 +5,7 @@ use super::remote::*;
 use super::{bad_option, console_error_panic_hook, engine_error, WasmEngine};
 use crate::chat::{ChatEngine, ChatOptions, MAX_CONTEXT};
 use crate::error::Error;
-use crate::gpu::session::{default_ctx_size, kv_row_bytes, kv_tokens_fit, DEFAULT_CTX_CAP};
+use crate::gpu::session::{default_ctx_size, kv_tokens_fit, KvType, DEFAULT_CTX_CAP};
 use crate::gpu::{Gpu, GpuOptions};
 use crate::model::tensor::WeightFormat;
 use crate::model::Model;
@@ -47,7 +47,18 @@ impl WasmEngine {
                 _ => return Err(bad("parallel", &format!("a whole number from 1 to {MAX_PARALLEL}"))),
             },
         };
-        let kv_f16 = opt_bool("kvF16")?.unwrap_or(true);
+        // kvCache names the type; kvF16 (false: f32) is the older switch, still taken.
+        let kv = match (opt_string("kvCache")?, opt_bool("kvF16")?) {
+            (Some(name), f16) => {
+                let kv = KvType::parse(&name).map_err(|_| bad("kvCache", KvType::NAMES))?;
+                if f16.is_some_and(|f| f != (kv == KvType::F16)) {
+                    return Err(bad("kvF16", "left out when kvCache is given"));
+                }
+                kv
+            }
+            (None, Some(false)) => KvType::F32,
+            (None, _) => KvType::F16,
+        };
         let gpu_opts = GpuOptions { int_dot: opt_bool("intDot")?, norm_fold: opt_bool("normFold")?, ..Default::default() };
         let format = match opt_string("quant")? {
             Some(q) => WeightFormat::parse(&q).map_err(|_| bad("quant", "q8_0, q4_0, f16 or bf16"))?,
@@ -109,7 +120,7 @@ impl WasmEngine {
         let device = gpu.device.clone();
         let r = async {
             // Checked before any weight is downloaded.
-            let (ctx_size, parallel) = slots(&cfg, gpu.max_binding, kv_f16, asked_ctx, asked_parallel)?;
+            let (ctx_size, parallel) = slots(&cfg, gpu.max_binding, kv, asked_ctx, asked_parallel)?;
             report(0, "header");
             let model = match gguf {
                 Some(gguf) => {
@@ -125,7 +136,7 @@ impl WasmEngine {
             let name = model_name.unwrap_or_else(|| {
                 url.trim_end_matches('/').rsplit('/').next().unwrap_or("model").trim_end_matches(".gguf").to_string()
             });
-            let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv_f16, max_batch: 128, parallel, model_name: name })
+            let chat = ChatEngine::new(&model, tokenizer, ChatOptions { ctx_size: Some(ctx_size), kv, max_batch: 128, parallel, model_name: name })
                 .map_err(engine_error)?;
             report(total.get(), "ready");
             Ok(WasmEngine { chat, model: Some(model) })
@@ -148,10 +159,13 @@ pub const DEFAULT_PARALLEL: usize = 4;
 /// The context size and parallel slots: the asked ones (an error naming the option when one
 /// layer's KV cache for all slots would not fit a binding), else the model's context (at most
 /// 4096, at most what fits) and [`DEFAULT_PARALLEL`] slots, fewer where fewer contexts fit.
-fn slots(cfg: &crate::ModelConfig, max_binding: u64, kv_f16: bool, ctx: Option<usize>, parallel: Option<usize>) -> Result<(usize, usize), JsValue> {
-    let fits = kv_tokens_fit(cfg, max_binding, kv_f16);
+fn slots(cfg: &crate::ModelConfig, max_binding: u64, kv: KvType, ctx: Option<usize>, parallel: Option<usize>) -> Result<(usize, usize), JsValue> {
+    if let Some(why) = kv.unsupported(cfg) {
+        return Err(bad_option("kvCache", &why));
+    }
+    let fits = kv_tokens_fit(cfg, max_binding, kv);
     let ctx_size = match ctx {
-        None => default_ctx_size(cfg, max_binding, kv_f16, parallel.unwrap_or(1), DEFAULT_CTX_CAP),
+        None => default_ctx_size(cfg, max_binding, kv, parallel.unwrap_or(1), DEFAULT_CTX_CAP),
         Some(v) => v.min(cfg.max_position_embeddings.max(2)),
     };
     let parallel = match parallel {
@@ -159,13 +173,12 @@ fn slots(cfg: &crate::ModelConfig, max_binding: u64, kv_f16: bool, ctx: Option<u
         None => (fits / ctx_size.max(1)).clamp(1, DEFAULT_PARALLEL),
     };
     if ctx_size * parallel > fits {
-        // (The limit less 4 bytes of padding: saying "needs N, binds at most N" read wrong.)
         let (k, most) = if parallel > 1 { ("parallel", format!("{} slots of {ctx_size} tokens", fits / ctx_size)) } else { ("ctxSize", format!("{fits} tokens")) };
         return Err(bad_option(
             k,
             &format!(
-                "at most {most} here: {parallel} x {ctx_size} tokens of KV cache need {}-byte buffers per layer and this device binds {} bytes",
-                ctx_size * parallel * kv_row_bytes(cfg, kv_f16),
+                "at most {most} here: {parallel} x {ctx_size} tokens of {kv} KV cache need {} bytes per layer for each KV head and this device binds {} bytes (kvCache \"q8_0\" or \"q4_0\" holds about 2x or 3.5x the tokens of f16)",
+                (ctx_size * parallel) as u64 * kv.row_words(cfg.head_dim) as u64 * 4,
                 max_binding
             ),
         ));

@@ -7,7 +7,7 @@
 //! prefilling, then hands out the chunks and completions that became ready.
 
 use crate::chat::api::{ApiError, ChatCompletion, ChatCompletionChunk, ChatRequest, Choice, ChunkChoice, Delta, FinishReason, Message, Usage};
-use crate::gpu::session::{default_ctx_size, Piece, Session, SessionOptions};
+use crate::gpu::session::{default_ctx_size, KvType, Piece, Session, SessionOptions};
 use crate::error::Result;
 use crate::model::Model;
 use crate::chat::sampling::Sampler;
@@ -32,8 +32,8 @@ pub struct ChatOptions {
     /// Context window; default: the model's own, capped at [`MAX_CONTEXT`] and at what one
     /// KV-cache buffer can hold.
     pub ctx_size: Option<usize>,
-    /// f16 KV cache (default) or f32.
-    pub kv_f16: bool,
+    /// The KV cache's type: f16 (default), f32, q8_0 or q4_0.
+    pub kv: KvType,
     /// Most tokens in one forward pass (prompt chunks and decode steps together).
     pub max_batch: usize,
     /// Requests answered at once, each with its own `ctx_size` tokens of KV cache.
@@ -44,7 +44,7 @@ pub struct ChatOptions {
 
 impl Default for ChatOptions {
     fn default() -> Self {
-        ChatOptions { ctx_size: None, kv_f16: true, max_batch: 256, parallel: 1, model_name: "tildeopen".into() }
+        ChatOptions { ctx_size: None, kv: KvType::F16, max_batch: 256, parallel: 1, model_name: "tildeopen".into() }
     }
 }
 
@@ -192,11 +192,11 @@ impl ChatEngine {
         }
         let ctx = opts
             .ctx_size
-            .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, opts.kv_f16, parallel, MAX_CONTEXT))
+            .unwrap_or_else(|| default_ctx_size(&model.cfg, model.gpu.max_binding, opts.kv, parallel, MAX_CONTEXT))
             .clamp(2, MAX_CONTEXT);
         let session = Session::new(
             model,
-            SessionOptions { ctx_size: ctx, kv_f16: opts.kv_f16, max_batch: opts.max_batch, sequences: parallel },
+            SessionOptions { ctx_size: ctx, kv: opts.kv, max_batch: opts.max_batch, sequences: parallel },
         )?;
         let template = ChatTemplate::for_tokenizer(&tokenizer)?;
         let vocab = model.cfg.vocab_size;

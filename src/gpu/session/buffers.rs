@@ -1,5 +1,5 @@
-//! A session's sizes and buffers: the KV cache's bytes and the context that fits, the split
-//! attention's shape, the activation and cache buffers, and the uniform blocks the ops share.
+//! A session's sizes and buffers: the split attention's shape, the activation and cache buffers
+//! (the cache's layout is `kv.rs`'s), and the uniform blocks the ops share.
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::MATVEC_MAX_T;
@@ -7,43 +7,20 @@ use crate::model::config::ModelConfig;
 use crate::model::Model;
 use super::*;
 
-/// Bytes one token takes in one layer's K (or V) cache: f16 pairs or f32 values in u32 words.
-pub fn kv_row_bytes(cfg: &ModelConfig, kv_f16: bool) -> usize {
-    cfg.kv_dim() * if kv_f16 { 2 } else { 4 }
-}
-
-/// Tokens (of all sequences together) one layer's K or V buffer can hold under a binding limit
-/// of `max_binding` bytes.
-pub fn kv_tokens_fit(cfg: &ModelConfig, max_binding: u64, kv_f16: bool) -> usize {
-    (max_binding.saturating_sub(4) / kv_row_bytes(cfg, kv_f16).max(1) as u64) as usize
-}
-
-/// The context CLI commands and the web engine default to: the model's own, at most 4096.
-pub const DEFAULT_CTX_CAP: usize = 4096;
-
-/// The one default context size (every front end asks here): the model's own context, at most
-/// `cap` tokens and at most what one layer's KV buffer holds for `sequences` sequences under a
-/// binding limit of `max_binding`; at least 2.
-pub fn default_ctx_size(cfg: &ModelConfig, max_binding: u64, kv_f16: bool, sequences: usize, cap: usize) -> usize {
-    let fits = (kv_tokens_fit(cfg, max_binding, kv_f16) / sequences.max(1)).max(2);
-    cfg.max_position_embeddings.clamp(2, cap.max(2)).min(fits)
-}
-
-
-/// The kv_copy kernel: its pipeline, one bind group per layer (that layer's K and V caches)
-/// and its parameter block.
+/// The kv_copy kernel: its pipeline, one bind group per layer and cache buffer (that buffer's K
+/// and V) and its parameter block.
 pub(super) struct KvCopy {
     pub(super) pipeline: wgpu::ComputePipeline,
     pub(super) layers: Vec<wgpu::BindGroup>,
     pub(super) params: wgpu::Buffer,
 }
 
-/// How big a session's buffers are: tokens per pass, logit rows per pass, bytes of one layer's
-/// K (or V) cache. Checked against the device's binding limit before anything is allocated.
+/// How big a session's buffers are: tokens per pass, logit rows per pass, how a layer's K (or V)
+/// cache is laid out. Checked against the device's binding limit before anything is allocated.
 pub(super) struct Sizes {
     pub(super) max_t: usize,
     pub(super) max_out: usize,
-    pub(super) kv_bytes: u64,
+    pub(super) kv: KvLayout,
     /// How decode attention splits the context, when the model's heads suit the split kernel.
     pub(super) split: Option<Split>,
 }
@@ -98,7 +75,7 @@ impl AttnTile {
 impl Split {
     /// The shape for `c`'s heads (`None` where the kernel cannot take them); `query_tiles`:
     /// several tokens per workgroup in long passes.
-    pub(super) fn plan(c: &ModelConfig, ctx: usize, kv_f16: bool, query_tiles: bool) -> Option<Split> {
+    pub(super) fn plan(c: &ModelConfig, ctx: usize, kv: KvType, query_tiles: bool) -> Option<Split> {
         let (heads, kvh, hd) = (c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32);
         if kvh == 0 || heads % kvh != 0 {
             return None;
@@ -110,8 +87,9 @@ impl Split {
         }
         // Long passes: as many tokens as keep rounds of 128 keys (two per thread).
         let qt = if query_tiles { (ATTN_MAX_ROWS / g).min(ATTN_POOL_FLOATS / (g * (hd + 128))).max(1) } else { 1 };
-        let words = if kv_f16 { hd / 2 } else { hd };
-        let wpt = words.div_ceil(64);
+        // Columns a thread owns of a value row: f32 words, else pairs of values.
+        let cols = if kv == KvType::F32 { hd } else { hd / 2 };
+        let wpt = cols.div_ceil(64);
         let short = AttnTile::new(g, 1, hd);
         let span = short.chunk * (ctx as u32).div_ceil(short.chunk * MAX_SPLITS).max(1);
         Some(Split { g, wpt, short, long: AttnTile::new(g, qt, hd), span, max_splits: (ctx as u32).div_ceil(span) })
@@ -145,21 +123,13 @@ impl Sizes {
             )));
         }
         // Checked: a huge --ctx-size or --parallel wrapped to a small size that passed.
-        let rows = opts.ctx_size.checked_mul(opts.sequences);
-        let kv_bytes = rows.and_then(|r| r.checked_mul(kv_row_bytes(c, opts.kv_f16))).map_or(u64::MAX, |b| b as u64);
-        if kv_bytes > maxb {
-            let fits = kv_tokens_fit(c, gpu.max_binding, opts.kv_f16);
-            let what = if opts.sequences == 1 {
-                format!("a KV cache of {} tokens", opts.ctx_size)
-            } else {
-                format!("a KV cache of {} sequences x {} tokens", opts.sequences, opts.ctx_size)
-            };
-            return Err(Error::Gpu(format!(
-                "{what} needs {kv_bytes}-byte buffers per layer, over the device's binding limit; at most {fits} tokens fit in all (context x sequences)"
-            )));
-        }
-        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv_f16, gpu.fast.query_tiles) } else { None };
-        Ok(Sizes { max_t, max_out, kv_bytes, split })
+        let rows = opts.ctx_size.checked_mul(opts.sequences).map_or(u64::MAX, |r| r as u64);
+        let kv = KvLayout::plan(c, opts.kv, rows, gpu.max_binding).map_err(|e| match e {
+            Error::Gpu(m) if opts.sequences > 1 => Error::Gpu(format!("{} sequences x {} tokens: {m}", opts.sequences, opts.ctx_size)),
+            e => e,
+        })?;
+        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv, gpu.fast.query_tiles) } else { None };
+        Ok(Sizes { max_t, max_out, kv, split })
     }
 }
 
@@ -190,8 +160,8 @@ pub(super) struct Buffers {
     pub(super) argmax: wgpu::Buffer,
     /// Split attention's per-slice partial sums.
     pub(super) part: wgpu::Buffer,
-    /// (K, V) per layer.
-    pub(super) kv: Vec<(wgpu::Buffer, wgpu::Buffer)>,
+    /// Per layer, (K, V) per cache buffer (`KvLayout::pieces`, each a group of KV heads).
+    pub(super) kv: Vec<Vec<(wgpu::Buffer, wgpu::Buffer)>>,
 }
 
 impl Buffers {
@@ -202,8 +172,9 @@ impl Buffers {
         let act = |name: &str, width: usize| gpu.storage(name, f32b(s.max_t * width));
         let (int_dot, tq) = (gpu.fast.int_dot, s.max_t.min(MATVEC_MAX_T as usize));
         let mut kv = Vec::with_capacity(model.layers.len());
+        let bytes = s.kv.piece_bytes();
         for _ in &model.layers {
-            kv.push((gpu.storage("k_cache", s.kv_bytes)?, gpu.storage("v_cache", s.kv_bytes)?));
+            kv.push((0..s.kv.pieces).map(|_| Ok((gpu.storage_exact("k_cache", bytes)?, gpu.storage_exact("v_cache", bytes)?))).collect::<Result<Vec<_>>>()?);
         }
         Ok(Buffers {
             step: gpu.uniform("step", &[0; 16]),
@@ -236,42 +207,51 @@ impl Buffers {
     }
 }
 
-/// The uniform blocks the layers' ops share (model constants only).
+/// The uniform blocks the layers' ops share (model constants only; those of the cache's ops one
+/// per cache buffer).
 pub(super) struct Params {
     pub(super) norm: wgpu::Buffer,
     pub(super) rope_q: wgpu::Buffer,
     pub(super) rope_k: wgpu::Buffer,
     pub(super) rope_kv: wgpu::Buffer,
-    pub(super) kv: wgpu::Buffer,
-    pub(super) attn: wgpu::Buffer,
-    pub(super) split: wgpu::Buffer,
+    pub(super) kv: Vec<wgpu::Buffer>,
+    pub(super) attn: Vec<wgpu::Buffer>,
+    pub(super) split: Vec<wgpu::Buffer>,
     pub(super) combine: wgpu::Buffer,
     pub(super) ffn: wgpu::Buffer,
     pub(super) argmax: wgpu::Buffer,
 }
 
 impl Params {
-    pub(super) fn new(b: &Builder, c: &ModelConfig, split: Option<Split>) -> Params {
+    pub(super) fn new(b: &Builder, c: &ModelConfig, split: Option<Split>, kv: &KvLayout) -> Params {
         let with_f32 = |mut head: Vec<u8>, v: f32| {
             head.extend_from_slice(&v.to_le_bytes());
             head
         };
+        // The first KV head of each cache buffer.
+        let pieces = (0..kv.pieces).map(|i| i * kv.heads);
+        let (hd, scale) = (c.head_dim as u32, 1.0 / (c.head_dim as f32).sqrt());
         Params {
             norm: b.param(with_f32(u32s(&[c.hidden_size as u32]), c.rms_norm_eps)),
             rope_q: b.param(u32s(&[c.num_heads as u32, c.head_dim as u32])),
             rope_k: b.param(u32s(&[c.num_kv_heads as u32, c.head_dim as u32])),
             rope_kv: b.param(u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32])),
-            kv: b.param(u32s(&[c.kv_dim() as u32])),
-            attn: b.param(with_f32(
-                u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]),
-                1.0 / (c.head_dim as f32).sqrt(),
-            )),
-            split: {
-                let mut v = u32s(&[c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32]);
-                v.extend_from_slice(&(1.0 / (c.head_dim as f32).sqrt()).to_le_bytes());
-                v.extend(u32s(&[split.map_or(0, |s| s.span)]));
-                b.param(v)
-            },
+            kv: pieces.clone().map(|h0| b.param(u32s(&[c.kv_dim() as u32, h0 * hd, kv.heads * hd]))).collect(),
+            attn: pieces
+                .clone()
+                .map(|h0| {
+                    let mut v = with_f32(u32s(&[c.num_heads as u32, c.num_kv_heads as u32, hd]), scale);
+                    v.extend(u32s(&[h0, kv.heads]));
+                    b.param(v)
+                })
+                .collect(),
+            split: pieces
+                .map(|h0| {
+                    let mut v = with_f32(u32s(&[c.num_heads as u32, kv.heads, hd]), scale);
+                    v.extend(u32s(&[split.map_or(0, |s| s.span), h0]));
+                    b.param(v)
+                })
+                .collect(),
             combine: b.param(u32s(&[c.num_heads as u32, c.head_dim as u32])),
             ffn: b.param(u32s(&[c.intermediate_size as u32])),
             argmax: b.param(u32s(&[c.vocab_size as u32])),

@@ -15,11 +15,11 @@ pub(super) struct Pass {
 
 impl Builder<'_> {
     /// The whole forward pass: embedding, every decoder layer, then the output head.
-    pub(super) fn forward(&self, model: &Model, bufs: &Buffers, p: &Params, kv_f16: bool, split: Option<Split>) -> Pass {
+    pub(super) fn forward(&self, model: &Model, bufs: &Buffers, p: &Params, kv: &KvLayout, split: Option<Split>) -> Pass {
         let mut body = Vec::new();
         self.embed(&mut body, &model.embed, &bufs.tokens, &bufs.x, &bufs.step);
-        for (layer, kv) in model.layers.iter().zip(&bufs.kv) {
-            self.layer(&mut body, &model.cfg, layer, kv, bufs, p, kv_f16, split);
+        for (layer, caches) in model.layers.iter().zip(&bufs.kv) {
+            self.layer(&mut body, &model.cfg, layer, caches, bufs, p, kv, split);
         }
         let mut head = Vec::new();
         self.head(&mut body, &mut head, model, bufs, p);
@@ -29,7 +29,7 @@ impl Builder<'_> {
     /// One decoder layer, in the order of its equations (x is the residual stream):
     ///   xb = rmsnorm(x) * attn_norm
     ///   q, k, v = Wq xb, Wk xb, Wv xb
-    ///   q, k = rope(q), rope(k);  K[pos], V[pos] = k, v
+    ///   q, k = rope(q), rope(k);  K[pos], V[pos] = k, v  (in each cache buffer: its KV heads)
     ///   att = softmax(q K^T / sqrt(head_dim)) V   (grouped-query: heads share KV heads)
     ///   x += Wo att
     ///   xb = rmsnorm(x) * ffn_norm
@@ -40,12 +40,13 @@ impl Builder<'_> {
         ops: &mut Vec<Op>,
         c: &ModelConfig,
         l: &'a Layer,
-        (kc, vc): &(wgpu::Buffer, wgpu::Buffer),
+        caches: &[(wgpu::Buffer, wgpu::Buffer)],
         b: &'a Buffers,
         p: &Params,
-        f16: bool,
+        kv: &KvLayout,
         split: Option<Split>,
     ) {
+        let code = kv.ty.code();
         let (h, qd, kvd, ffn) = (c.hidden_size as u32, c.q_dim() as u32, c.kv_dim() as u32, c.intermediate_size as u32);
         let half = c.head_dim as u32 / 2;
         let st = &b.step;
@@ -75,16 +76,23 @@ impl Builder<'_> {
         for part in &l.qkv {
             self.mat_kind(ops, &part.m, &b.xb, &outs[part.first..part.first + part.count], false, false, input, st);
         }
-        if half.is_multiple_of(2) && self.gpu.fast.fused {
-            // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel.
-            let per_token = c.num_heads as u32 * half + c.num_kv_heads as u32 * half / 2 + kvd / 2;
-            ops.push(self.op(Kernel::RopeKv { f16 }, &[&b.rope, &b.q, &b.k, &b.v, kc, vc, &b.seq, &p.rope_kv, st], Dispatch::Threads { per_token }));
+        if half.is_multiple_of(2) && self.gpu.fast.fused && caches.len() == 1 {
+            // q, k = rope(q), rope(k); K[pos], V[pos] = k, v: one kernel (a work item per pair of
+            // rope pairs and of values, or per pair of quantized blocks of K and of V).
+            let kv_items = if kv.ty.quantized() { 2 * kvd.div_ceil(64) } else { c.num_kv_heads as u32 * half / 2 + kvd / 2 };
+            let per_token = c.num_heads as u32 * half + kv_items;
+            let (kc, vc) = &caches[0];
+            ops.push(self.op(Kernel::RopeKv { kv: code }, &[&b.rope, &b.q, &b.k, &b.v, kc, vc, &b.seq, &p.rope_kv, st], Dispatch::Threads { per_token }));
         } else {
             ops.push(self.op(Kernel::Rope, &[&b.rope, &b.q, &p.rope_q, st], Dispatch::Threads { per_token: c.num_heads as u32 * half }));
             ops.push(self.op(Kernel::Rope, &[&b.rope, &b.k, &p.rope_k, st], Dispatch::Threads { per_token: c.num_kv_heads as u32 * half }));
-            ops.push(self.op(Kernel::KvStore { f16 }, &[&b.k, &b.v, kc, vc, &b.seq, &p.kv, st], Dispatch::Kv { pairs: kvd / 2 }));
+            let vals = kv.piece_vals(c);
+            let items = if kv.ty.quantized() { vals.div_ceil(64) } else { vals / 2 };
+            for ((kc, vc), params) in caches.iter().zip(&p.kv) {
+                ops.push(self.op(Kernel::KvStore { kv: code }, &[&b.k, &b.v, kc, vc, &b.seq, params, st], Dispatch::Kv { pairs: items }));
+            }
         }
-        self.attention(ops, c, kc, vc, b, p, f16, split);
+        self.attention(ops, c, caches, b, p, kv, split);
         self.mat(ops, &l.wo, &b.att, &b.x, true, h, st);
         match &l.ffn_in {
             FfnIn::GateUp(m) => {
@@ -103,29 +111,35 @@ impl Builder<'_> {
 
     /// att = softmax(q K^T / sqrt(head_dim)) V: one workgroup per (KV head, token) for the query
     /// heads sharing it, split across the context for passes of a few tokens (then merged), when
-    /// the heads suit that kernel; else one workgroup per (query head, token).
+    /// the heads suit that kernel; else one workgroup per (query head, token). One dispatch per
+    /// cache buffer (its KV heads).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         ops: &mut Vec<Op>,
         c: &ModelConfig,
-        kc: &wgpu::Buffer,
-        vc: &wgpu::Buffer,
+        caches: &[(wgpu::Buffer, wgpu::Buffer)],
         b: &Buffers,
         p: &Params,
-        f16: bool,
+        kv: &KvLayout,
         split: Option<Split>,
     ) {
         let st = &b.step;
+        let code = kv.ty.code();
         let Some(sp) = split else {
-            ops.push(self.op(Kernel::Attention { f16 }, &[&b.q, kc, vc, &b.att, &b.seq, &p.attn, st], Dispatch::Attn { heads: c.num_heads as u32 }));
+            let heads = kv.heads * (c.num_heads / c.num_kv_heads) as u32;
+            for ((kc, vc), params) in caches.iter().zip(&p.attn) {
+                ops.push(self.op(Kernel::Attention { kv: code }, &[&b.q, kc, vc, &b.att, &b.seq, params, st], Dispatch::Attn { heads }));
+            }
             return;
         };
         let tiles = if sp.short == sp.long { vec![(sp.short, Passes::All)] } else { vec![(sp.short, Passes::Short), (sp.long, Passes::Long)] };
         for (tile, passes) in tiles {
-            let k = Kernel::AttnSplit { f16, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt, hd: c.head_dim as u32 };
-            let d = Dispatch::AttnSplit { kv_heads: c.num_kv_heads as u32, qt: tile.qt, passes };
-            ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, &p.split, st], d));
+            let k = Kernel::AttnSplit { kv: code, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt, hd: c.head_dim as u32 };
+            let d = Dispatch::AttnSplit { kv_heads: kv.heads, qt: tile.qt, passes };
+            for ((kc, vc), params) in caches.iter().zip(&p.split) {
+                ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, params, st], d));
+            }
         }
         ops.push(self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 }));
     }

@@ -9,6 +9,7 @@
 //! recorded forward pass, `run.rs` running it and reading back.
 
 mod buffers;
+mod kv;
 mod layer;
 mod ops;
 mod run;
@@ -24,8 +25,8 @@ use std::collections::HashMap;
 pub struct SessionOptions {
     /// Context window in tokens (KV cache length).
     pub ctx_size: usize,
-    /// Store K and V as f16 packed in u32 (default) or as f32.
-    pub kv_f16: bool,
+    /// How K and V are stored: f16 (default), f32, or q8_0 / q4_0 blocks.
+    pub kv: KvType,
     /// Largest number of tokens per forward pass (further capped by the binding limit).
     pub max_batch: usize,
     /// Independent sequences, each with `ctx_size` tokens of KV cache.
@@ -34,7 +35,7 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { ctx_size: 4096, kv_f16: true, max_batch: 256, sequences: 1 }
+        SessionOptions { ctx_size: 4096, kv: KvType::F16, max_batch: 256, sequences: 1 }
     }
 }
 
@@ -58,6 +59,7 @@ pub struct Session {
     max_t: usize,
     max_out: usize,
     split: Option<Split>,
+    kv: KvLayout,
     bufs: Buffers,
     pass: Pass,
     copy: KvCopy,
@@ -78,12 +80,12 @@ impl Session {
         model.gpu.check_lost()?;
         let gpu = &model.gpu;
         let b = Builder::new(gpu);
-        let params = Params::new(&b, &model.cfg, sizes.split);
-        let pass = b.forward(model, &bufs, &params, opts.kv_f16, sizes.split);
+        let params = Params::new(&b, &model.cfg, sizes.split, &sizes.kv);
+        let pass = b.forward(model, &bufs, &params, &sizes.kv, sizes.split);
         let copy_p = gpu.uniform("copy", &[0; 16]);
         let copy = KvCopy {
             pipeline: gpu.kernels.pipeline(Kernel::KvCopy),
-            layers: bufs.kv.iter().map(|(kc, vc)| gpu.kernels.bind(Kernel::KvCopy, &[kc, vc, &copy_p])).collect(),
+            layers: bufs.kv.iter().flatten().map(|(kc, vc)| gpu.kernels.bind(Kernel::KvCopy, &[kc, vc, &copy_p])).collect(),
             params: copy_p,
         };
         Ok(Session {
@@ -93,6 +95,7 @@ impl Session {
             max_t: sizes.max_t,
             max_out: sizes.max_out,
             split: sizes.split,
+            kv: sizes.kv,
             bufs,
             pass,
             copy,
@@ -135,6 +138,17 @@ impl Session {
         self.opts.ctx_size
     }
 
+    /// The KV cache's type.
+    pub fn kv_type(&self) -> KvType {
+        self.opts.kv
+    }
+
+    /// Buffers each layer's K (and V) cache spans: 1 unless one would pass the binding limit,
+    /// else one per group of KV heads.
+    pub fn kv_buffers(&self) -> usize {
+        self.kv.pieces as usize
+    }
+
     /// Independent sequences in this session.
     pub fn sequences(&self) -> usize {
         self.opts.sequences
@@ -173,7 +187,8 @@ impl Session {
             )));
         }
         if src != dst && n > from {
-            let row_words = (kv_row_bytes(&self.model.cfg, self.opts.kv_f16) / 4) as u32;
+            // Every cache buffer has rows of the same size.
+            let row_words = self.kv.row_words;
             let span = self.opts.ctx_size as u32 * row_words;
             let skip = from as u32 * row_words;
             let words = (n - from) as u32 * row_words;
@@ -258,5 +273,6 @@ impl Session {
 use buffers::*;
 use layer::*;
 use ops::*;
-pub use buffers::{default_ctx_size, kv_row_bytes, kv_tokens_fit, DEFAULT_CTX_CAP};
+use kv::KvLayout;
+pub use kv::{default_ctx_size, kv_row_bytes, kv_tokens_fit, KvType, DEFAULT_CTX_CAP};
 pub use ops::{apply_matrix, apply_matrix_q8};

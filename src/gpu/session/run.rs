@@ -147,6 +147,33 @@ impl Session {
         Ok(f.chunks(v).map(|r| r.to_vec()).collect())
     }
 
+    /// The keys and values sequence `seq` holds in layer `layer`'s cache, decoded on the host:
+    /// (K, V), each a row of `kv_dim` values per token (for tests and tools; a readback).
+    pub async fn read_kv(&self, layer: usize, seq: usize) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+        let (Some(caches), Some(held)) = (self.bufs.kv.get(layer), self.held.get(seq)) else {
+            return Err(Error::Input(format!("no layer {layer} or sequence {seq}")));
+        };
+        let vals = self.kv.piece_vals(&self.model.cfg) as usize;
+        let rw = self.kv.row_words as u64;
+        let first = (seq * self.opts.ctx_size) as u64;
+        let n = held.len();
+        if n == 0 {
+            return Ok((vec![], vec![]));
+        }
+        let mut k = vec![Vec::with_capacity(self.model.cfg.kv_dim()); n];
+        let mut v = k.clone();
+        for (kc, vc) in caches {
+            for (buf, out) in [(kc, &mut k), (vc, &mut v)] {
+                let bytes = self.model.gpu.read(buf, first * rw * 4, (n as u64 * rw * 4).max(4)).await?;
+                let words: &[u32] = bytemuck::cast_slice(&bytes);
+                for (row, o) in words.chunks(rw as usize).zip(out.iter_mut()) {
+                    o.extend(self.kv.ty.decode_row(row, vals));
+                }
+            }
+        }
+        Ok((k, v))
+    }
+
     /// Feeds `tokens` to sequence 0 and returns the logits at every one of their positions.
     pub async fn logits_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         self.check_seq(0, tokens)?;
