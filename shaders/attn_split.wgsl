@@ -19,7 +19,6 @@ struct SplitParams {
     kv_heads: u32, // KV heads in these buffers
     head_dim: u32,
     scale: f32,
-    span: u32,  // keys per slice, a multiple of CHUNK
     head0: u32, // the first of them
 }
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
@@ -37,6 +36,7 @@ override CHUNK: u32 = 256u; // keys per round, a multiple of 64 * KB (R * (head_
 override KB: u32 = 1u;      // keys per thread in the score loop (1 or 2)
 override GT: u32 = 64u;     // threads per row in the softmax reductions (a power of two, R * GT <= 64)
 override WPT: u32 = 1u;     // value-row words per thread: ceil(words per row / 64)
+override HD: u32 = 128u;    // head_dim (a multiple of 8, at most 256): loop bounds known to the compiler
 const MAXR: u32 = 16u;
 const NONE: f32 = -3.0e38;  // the score of a key the row does not attend to
 
@@ -65,7 +65,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let slice = wid.y;
     let t0 = wid.z * QT;
     let R = QT * G;
-    let hd = p.head_dim;
+    let hd = HD;
     let hd4 = hd / 4u;
     let kv_dim = p.kv_heads * hd;
     // Values per thread's column (a word of f32 or f16, a pair of quantized values), and columns
@@ -74,7 +74,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let wcols = hd / vpw;
     let rw = kv_row_words(kv_dim);
     // One slice (long passes, short contexts) is the whole context.
-    let span = select(p.span, 0xffffffffu, step.splits <= 1u);
+    let span = select(step.span, 0xffffffffu, step.splits <= 1u);
     // Each token's cache rows in this slice, [ts, te) (empty past the pass's last token), and
     // the union's bounds.
     var ts: array<u32, MAXR>;

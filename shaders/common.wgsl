@@ -4,7 +4,8 @@
 struct Step {
     t: u32, // tokens in this pass (or logit rows, for the output head)
     splits: u32, // context slices of split decode attention (attn_split.wgsl)
-    _b: u32,
+    span: u32,   // keys per slice
+
     _c: u32,
 }
 

@@ -185,6 +185,20 @@ fn bench_counts_per_decode_token() {
     assert_eq!(j["buffers_created_per_token"].as_f64(), Some(0.0), "{j}");
     assert_eq!(j["syncs_per_token"].as_f64(), Some(1.0), "{j}");
     assert_eq!(j["submits_per_token"].as_f64(), Some(3.0), "{j}");
+    assert_eq!(j["kv_cache"], "f16", "{j}");
+    // lavapipe is a CPU device: one slice of up to 256 keys for this short context (2 KV heads).
+    assert_eq!((j["wide_attention"].as_bool(), j["attn_workgroups"].as_u64()), (Some(false), Some(2)), "{j}");
+    // Wide attention (a GPU's default) at 600 tokens: 32 slices per KV head; a q8_0 cache; the
+    // tiny model's 576-token prompt is far under one command buffer's work (one pass, one submit).
+    let out = Command::new(env!("CARGO_BIN_EXE_tildeopen"))
+        .args(["bench", "--model", &tiny(), "--prompt-tokens", "576", "--gen-tokens", "24", "--repeat", "1", "--json", "--kv-cache", "q8_0"])
+        .env("TILDEOPEN_WIDE_ATTENTION", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!((j["kv_cache"].as_str(), j["attn_workgroups"].as_u64()), (Some("q8_0"), Some(64)), "{j}");
+    assert_eq!(j["prefill_submits"].as_u64(), Some(3), "{j}");
 }
 
 /// `info --dump-kernels DIR`: one WGSL file per pipeline the model compiles on this device (the

@@ -166,7 +166,14 @@ fn split_attention_over_long_contexts_equals_full_attention() {
         let vocab = model.cfg.vocab_size as u32;
         // 700 tokens: three 256-key slices; then 5 tokens in one pass and 7 one at a time.
         let ids: Vec<u32> = (0..712u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % vocab).collect();
-        for kv in KvType::ALL {
+        // f32 and f16 on every model; each quantized type on one (they share the f16 layout's
+        // head loop: the decoupled model's 6-head groups take q8_0, the 64k one q4_0).
+        let quantized = match m {
+            "tiny-tildeopen-decoupled" => vec![KvType::Q8_0],
+            "tiny-tildeopen-64k/model-Q4_K_M.gguf" => vec![KvType::Q4_0],
+            _ => vec![],
+        };
+        for kv in [KvType::F32, KvType::F16].into_iter().chain(quantized) {
             let opts = SessionOptions { ctx_size: 1024, kv, ..Default::default() };
             let mut s = Session::new(&base_model, opts.clone()).unwrap();
             let baseline = pollster::block_on(s.logits_all(&ids)).unwrap();
@@ -190,6 +197,39 @@ fn split_attention_over_long_contexts_equals_full_attention() {
             let d = max_abs_diff(&stepped, &whole[704..]);
             println!("{m} ({kv} cache): split vs full attention at 700+ tokens, max |d| = {d}");
             assert!(d <= 1e-3, "{m}: {d}");
+        }
+    }
+}
+
+/// Wide attention (a GPU's default): decode passes split the context into up to 32 slices of as
+/// few as 16 keys (here 32 slices of 16 to 32 keys past 512 tokens, and from 2 slices at 17
+/// tokens); the logits equal those of one long pass, with an f16 and a q4_0 cache.
+#[test]
+fn wide_attention_slices_equal_full_attention() {
+    let m = fixtures().join("models/tiny-tildeopen-decoupled/model-Q4_K_M.gguf");
+    let gpu = pollster::block_on(tildeopen::gpu::Gpu::new(&tildeopen::gpu::GpuOptions { wide_attention: Some(true), ..Default::default() })).unwrap();
+    assert!(gpu.fast.wide_attention);
+    let model = load_on(&m, &gpu);
+    let ids: Vec<u32> = (0..600u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % 4096).collect();
+    for kv in [KvType::F16, KvType::Q4_0] {
+        let mut s = Session::new(&model, SessionOptions { ctx_size: 1024, kv, ..Default::default() }).unwrap();
+        assert_eq!(s.attn_workgroups(16), 2 * 2, "2 KV heads x 2 slices at 17 tokens");
+        assert_eq!(s.attn_workgroups(511), 2 * 32);
+        assert_eq!(s.attn_workgroups(1023), 2 * 32);
+        let whole = pollster::block_on(s.logits_all(&ids)).unwrap();
+        s.reset();
+        pollster::block_on(s.feed(&ids[..10])).unwrap();
+        let mut stepped = vec![];
+        for &t in &ids[10..] {
+            pollster::block_on(s.feed(&[t])).unwrap();
+            if [16, 17, 100, 512, 599].contains(&s.position()) {
+                stepped.push((s.position(), pollster::block_on(s.last_logits()).unwrap()));
+            }
+        }
+        for (pos, row) in stepped {
+            let d = max_abs_diff(&[row], &whole[pos - 1..pos]);
+            println!("{kv}: wide slices vs one pass at {pos} tokens, max |d| = {d}");
+            assert!(d <= 1e-3, "{kv} at {pos}: {d}");
         }
     }
 }

@@ -150,3 +150,31 @@ fn caches_span_buffers_by_kv_head() {
         assert!(d <= 1e-4, "{ty}: {d}");
     }
 }
+
+/// A 32,768-token context on the 64k fixture (YaRN) with a q8_0 cache against an f16 one: the
+/// logits at the last position agree within the fixture's q8_0 tolerance (max |d| <= 0.1, the
+/// same argmax). Minutes on a CPU device, so not in the test command: the README names it as a
+/// benchmark (`cargo test --release --locked --test kv_cache -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn long_context_q8_0_on_the_64k_fixture() {
+    let path = fixtures().join("models/tiny-tildeopen-64k/model-Q4_K_M.gguf");
+    let gpu = gpu(None);
+    let model = load_on(&path, &gpu);
+    let n = 32768;
+    let tokens = ids(n as u32, model.cfg.vocab_size as u32);
+    let mut last = vec![];
+    for ty in [KvType::F16, KvType::Q8_0] {
+        let t0 = std::time::Instant::now();
+        let mut s = Session::new(&model, SessionOptions { ctx_size: n, kv: ty, max_batch: 512, sequences: 1 }).unwrap();
+        pollster::block_on(s.feed(&tokens)).unwrap();
+        assert_eq!(s.position(), n);
+        last.push(pollster::block_on(s.last_logits()).unwrap());
+        println!("{ty}: {n} tokens in {:.1} s", t0.elapsed().as_secs_f64());
+    }
+    let d = max_abs_diff(&last[1..], &last[..1]);
+    println!("q8_0 vs f16 at position {}: max |dlogit| = {d:.5}", n - 1);
+    assert!(last[0].iter().all(|v| v.is_finite()));
+    assert_eq!(argmax(&last[0]), argmax(&last[1]));
+    assert!(d <= 0.1, "{d}");
+}

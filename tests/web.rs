@@ -112,15 +112,17 @@ fn tiny_gguf_with_norm_fold_in_the_browser_matches_native() {
 }
 
 /// Options of the wrong type or range are errors that name them (they were ignored, or a bad
-/// ctxSize failed after the whole download), in the page and in a worker; a good load follows.
+/// ctxSize failed after the whole download), in the page and in a worker; a good load follows,
+/// in a worker with `kvCache: "q8_0"`, and answers as native does with `--kv-cache q8_0`.
 #[test]
 fn bad_engine_options_are_refused_by_name() {
     let m = "models/tiny-tildeopen/model-Q8_0.gguf";
     let v = run_page(&[("model", &format!("/fixtures/{m}")), ("request", REQ), ("badOptions", "1")], &[], Duration::from_secs(300));
-    let want: Vec<String> = ["ctxSize", "ctxSize", "ctxSize", "ctxSize", "kvF16", "normFold", "quant", "modelName"].iter().map(|p| format!("invalid_request_error:{p}")).collect();
+    let want: Vec<String> = ["ctxSize", "ctxSize", "ctxSize", "ctxSize", "kvF16", "kvCache", "kvF16", "normFold", "quant", "modelName"].iter().map(|p| format!("invalid_request_error:{p}")).collect();
     assert_eq!(v["badOptions"], serde_json::json!(want), "{v}");
     assert_eq!(v["badWorker"], "invalid_request_error:ctxSize", "{v}");
-    assert_eq!(v["afterBad"], native(&fixtures().join(m), REQ).as_str());
+    assert_eq!(v["kvCache"], "q8_0");
+    assert_eq!(v["afterBad"], native_with(&fixtures().join(m), REQ, &["--kv-cache", "q8_0"]).as_str());
 }
 
 #[test]

@@ -78,7 +78,12 @@ export interface EngineOptions {
    *  one binding holds 4 KV caches of `ctxSize` tokens, else as many as fit (`Engine.parallel`
    *  says). Each slot costs a context's KV cache. More requests wait in order. */
   parallel?: number;
-  /** f16 KV cache (default) or f32. */
+  /** How the KV cache stores keys and values: "f16" (default), "f32", or llama.cpp's "q8_0" /
+   *  "q4_0" blocks, which take about 1/2 and 1/4 of f16's memory, so the same device holds about
+   *  2x / 3.5x the context or parallel slots (q8_0 is close to lossless; q4_0 moves answers more).
+   *  Needs a head_dim that is a multiple of 32 for the quantized types. */
+  kvCache?: "f16" | "f32" | "q8_0" | "q4_0";
+  /** Older switch: false is `kvCache: "f32"`. Leave it out when `kvCache` is given. */
   kvF16?: boolean;
   /** The `model` field of responses. */
   modelName?: string;
@@ -140,6 +145,8 @@ export interface EngineStats {
 export interface Engine {
   modelName: string;
   contextSize: number;
+  /** The KV cache's type (the `kvCache` option's, or "f16"). */
+  kvCache: "f16" | "f32" | "q8_0" | "q4_0";
   /** Requests answered at once; concurrent calls beyond it wait in a FIFO queue (an aborted
    *  signal takes a request out of the queue or its slot at once). */
   parallel: number;

@@ -250,7 +250,7 @@ export async function createEngineInThread(opts) {
   const onProgress = opts.onProgress ?? (() => {});
   let wasm;
   try {
-    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, parallel: opts.parallel, kvF16: opts.kvF16, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot, normFold: opts.normFold }, onProgress);
+    wasm = await WasmEngine.load(url, io, { ctxSize: opts.ctxSize, parallel: opts.parallel, kvF16: opts.kvF16, kvCache: opts.kvCache, modelName: opts.modelName, quant: opts.quant, intDot: opts.intDot, normFold: opts.normFold }, onProgress);
   } catch (e) {
     throw parseError(e);
   }
@@ -291,6 +291,7 @@ export async function createEngineInThread(opts) {
   return {
     modelName: wasm.model_name,
     contextSize: wasm.context_size,
+    kvCache: wasm.kv_cache,
     parallel: wasm.parallel,
     /** Since the load, as of the last forward pass: prompt tokens computed (`prefilled`), reused
      *  from a slot's own cache or copied from another slot's, tokens generated, passes run. */

@@ -11,7 +11,7 @@ onmessage = async (e) => {
     switch (op) {
       case "load":
         engine = await createEngineInThread({ ...args, worker: false, onProgress: (p) => reply({ progress: p }) });
-        return reply({ result: { modelName: engine.modelName, contextSize: engine.contextSize, parallel: engine.parallel, adapter: engine.adapter, adapterInfo: engine.adapterInfo, fastPaths: engine.fastPaths } });
+        return reply({ result: { modelName: engine.modelName, contextSize: engine.contextSize, kvCache: engine.kvCache, parallel: engine.parallel, adapter: engine.adapter, adapterInfo: engine.adapterInfo, fastPaths: engine.fastPaths } });
       case "create": {
         const r = await engine.chat.completions.create(args);
         if (!args.stream) return reply({ result: r });

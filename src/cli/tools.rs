@@ -112,10 +112,13 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
         ToolCmd::Info { max_binding_size, adapter, dump_kernels, model } => {
             if let Some(dir) = dump_kernels {
                 // A session records every op of the forward pass (decode and prefill variants),
-                // which compiles every pipeline the model needs on this device.
-                let common = Common { model, kv_cache: "f16".into(), max_binding_size, quant: "q8_0".into(), ctx_size: None, int_dot: false, adapter: adapter.clone() };
+                // which compiles every pipeline the model needs on this device: one per KV
+                // cache type the model's heads take.
+                let common = Common { model, kv_cache: "f16".into(), max_binding_size, quant: "q8_0".into(), ctx_size: Some(64), int_dot: false, adapter: adapter.clone() };
                 let l = load(&common, 1)?;
-                let _session = Session::new(&l.model, l.sess)?;
+                for kv in tildeopen::KvType::ALL.into_iter().filter(|t| t.unsupported(&l.model.cfg).is_none()) {
+                    Session::new(&l.model, SessionOptions { kv, ..l.sess.clone() })?;
+                }
                 let n = l.model.gpu.kernels.dump(&dir).map_err(|e| Error::Io { path: dir.display().to_string(), source: e })?;
                 eprintln!("{n} kernels written to {}", dir.display());
             }
@@ -276,10 +279,13 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
             let (mut pre, mut dec) = (vec![], vec![]);
             // What the decode steps asked of the device (buffers created, submits, host waits).
             let mut per_decode = tildeopen::gpu::CounterValues::default();
+            let mut prefill_submits = 0;
             for _ in 0..repeat.max(1) {
                 s.reset();
                 let t0 = Instant::now();
+                let c = l.model.gpu.counters.get();
                 pollster::block_on(s.feed(&prompt))?;
+                prefill_submits = (l.model.gpu.counters.get() - c).submits;
                 let mut tok = pollster::block_on(s.last_argmax())?;
                 let t1 = Instant::now();
                 let c0 = l.model.gpu.counters.get();
@@ -320,6 +326,12 @@ pub fn run(cmd: ToolCmd) -> Result<()> {
                         "submits_per_token": per_token(per_decode.submits),
                         "syncs_per_token": per_token(per_decode.syncs),
                         "buffers_created_per_token": per_token(per_decode.buffers_created),
+                        // Command buffers of the prompt's passes (cut by work), and the decode
+                        // attention's workgroups at the last position.
+                        "prefill_submits": prefill_submits,
+                        "attn_workgroups": s.attn_workgroups(prompt_tokens + gen_tokens - 1),
+                        "kv_cache": s.kv_type().name(),
+                        "wide_attention": l.model.gpu.fast.wide_attention,
                         "baseline_kernels": !l.model.gpu.fast.fused,
                         "subgroups": l.model.gpu.fast.subgroups,
                         "norm_fold": l.model.gpu.fast.norm_fold,

@@ -33,6 +33,13 @@ pub struct GpuOptions {
     /// token per workgroup. The environment variable `TILDEOPEN_QUERY_TILES=0` or `1`
     /// overrides `None`.
     pub query_tiles: Option<bool>,
+    /// Decode attention split into enough context slices to fill a GPU: slices of as few as 16
+    /// keys, so a pass launches 32 workgroups per KV head once the context passes 512 tokens.
+    /// `None` picks it on devices that are not CPUs (a CPU device's few cores are filled by a
+    /// handful of slices of 256 keys, and each more costs it a workgroup's fixed work);
+    /// `Some(b)` forces it. The environment variable `TILDEOPEN_WIDE_ATTENTION=1` or `0`
+    /// overrides `None`.
+    pub wide_attention: Option<bool>,
     /// Open the first adapter whose name contains this (case-insensitive) instead of the
     /// fastest; on a machine with several GPUs. The environment variable `TILDEOPEN_ADAPTER`
     /// sets it when this is `None` (native only). No match is an error that lists the adapters.
@@ -88,6 +95,8 @@ pub struct FastPaths {
     /// Split attention takes several tokens per workgroup in long passes; see
     /// [`GpuOptions::query_tiles`].
     pub query_tiles: bool,
+    /// Decode attention in slices of as few as 16 keys; see [`GpuOptions::wide_attention`].
+    pub wide_attention: bool,
 }
 
 impl FastPaths {
@@ -102,15 +111,17 @@ impl FastPaths {
         let norm_fold = !baseline && opts.norm_fold.or_else(|| flag("TILDEOPEN_NORM_FOLD")).unwrap_or(!cpu);
         let int_dot = !baseline && has_int_dot && opts.int_dot.or_else(|| flag("TILDEOPEN_INT_DOT")).unwrap_or(false);
         let query_tiles = !baseline && opts.query_tiles.or_else(|| flag("TILDEOPEN_QUERY_TILES")).unwrap_or(true);
-        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot, query_tiles }
+        let wide_attention = !baseline && opts.wide_attention.or_else(|| flag("TILDEOPEN_WIDE_ATTENTION")).unwrap_or(!cpu);
+        FastPaths { fused: !baseline, split_attention: !baseline, subgroups, norm_fold, int_dot, query_tiles, wide_attention }
     }
 
     /// Every path by the name `tildeopen info` and the JS `engine.fastPaths` report it under.
-    pub fn by_name(&self) -> [(&'static str, bool); 6] {
+    pub fn by_name(&self) -> [(&'static str, bool); 7] {
         [
             ("fused", self.fused),
             ("split_attention", self.split_attention),
             ("query_tiles", self.query_tiles),
+            ("wide_attention", self.wide_attention),
             ("norm_fold", self.norm_fold),
             ("int_dot", self.int_dot),
             ("subgroups", self.subgroups),

@@ -209,6 +209,7 @@ impl Kernel {
                 ("KB", kb as f64),
                 ("GT", gt as f64),
                 ("WPT", wpt as f64),
+                ("HD", hd as f64),
                 // Workgroup memory: the queries (vec4s) and the scores.
                 ("QV", (qt * g * hd / 4) as f64),
                 ("SC", (qt * g * chunk) as f64),

@@ -180,6 +180,12 @@ impl WasmEngine {
         self.chat.context_size()
     }
 
+    /// The KV cache's type: "f16", "f32", "q8_0" or "q4_0".
+    #[wasm_bindgen(getter)]
+    pub fn kv_cache(&self) -> String {
+        self.chat.kv_type().name().into()
+    }
+
     /// Requests answered at once (KV slots of `context_size` tokens each).
     #[wasm_bindgen(getter)]
     pub fn parallel(&self) -> usize {

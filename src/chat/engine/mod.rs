@@ -274,6 +274,11 @@ impl ChatEngine {
         ids
     }
 
+    /// The KV cache's type.
+    pub fn kv_type(&self) -> KvType {
+        self.session.kv_type()
+    }
+
     /// How many requests can be answered at once.
     pub fn parallel(&self) -> usize {
         self.slots.len()

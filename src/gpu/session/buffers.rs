@@ -36,8 +36,12 @@ pub(super) struct Split {
     pub(super) short: AttnTile,
     /// Longer passes (prefill, one slice): as many tokens per workgroup as fit.
     pub(super) long: AttnTile,
-    /// Keys per slice: slices stay at most `MAX_SPLITS` for the whole context.
-    pub(super) span: u32,
+    /// Keys per slice at the least: `MIN_SPAN` with wide attention (a GPU), else one round of
+    /// the decode tile (slices stay at most `MAX_SPLITS` for the whole context either way).
+    pub(super) min_span: u32,
+    /// Whether the slices are sized by each pass's context (wide attention) or by the session's.
+    pub(super) wide: bool,
+    pub(super) ctx: u32,
     pub(super) max_splits: u32,
 }
 
@@ -56,6 +60,8 @@ pub(super) struct AttnTile {
 
 /// The most context slices split attention uses.
 pub(super) const MAX_SPLITS: u32 = 32;
+/// The fewest keys in a slice of wide attention: 32 slices (workgroups per KV head) at 512.
+pub(super) const MIN_SPAN: u32 = 16;
 /// The kernel's limits: query rows per workgroup, and floats of workgroup memory for their
 /// queries and scores together.
 pub(super) const ATTN_MAX_ROWS: u32 = 16;
@@ -75,7 +81,7 @@ impl AttnTile {
 impl Split {
     /// The shape for `c`'s heads (`None` where the kernel cannot take them); `query_tiles`:
     /// several tokens per workgroup in long passes.
-    pub(super) fn plan(c: &ModelConfig, ctx: usize, kv: KvType, query_tiles: bool) -> Option<Split> {
+    pub(super) fn plan(c: &ModelConfig, ctx: usize, kv: KvType, query_tiles: bool, wide: bool) -> Option<Split> {
         let (heads, kvh, hd) = (c.num_heads as u32, c.num_kv_heads as u32, c.head_dim as u32);
         if kvh == 0 || heads % kvh != 0 {
             return None;
@@ -91,13 +97,25 @@ impl Split {
         let cols = if kv == KvType::F32 { hd } else { hd / 2 };
         let wpt = cols.div_ceil(64);
         let short = AttnTile::new(g, 1, hd);
-        let span = short.chunk * (ctx as u32).div_ceil(short.chunk * MAX_SPLITS).max(1);
-        Some(Split { g, wpt, short, long: AttnTile::new(g, qt, hd), span, max_splits: (ctx as u32).div_ceil(span) })
+        let ctx = ctx as u32;
+        let min_span = if wide { MIN_SPAN } else { short.chunk };
+        let mut sp = Split { g, wpt, short, long: AttnTile::new(g, qt, hd), min_span, wide, ctx, max_splits: 0 };
+        sp.max_splits = sp.slices(ctx.max(1) - 1).0.max((MAX_SPLITS).min(ctx.div_ceil(min_span)));
+        Some(sp)
     }
 
-    /// Slices a pass needs when its latest token is at position `last`.
-    pub(super) fn slices(&self, last: u32) -> u32 {
-        (last + 1).div_ceil(self.span)
+    /// (slices, keys per slice) of a decode pass whose latest token is at position `last`: wide,
+    /// the context of the pass in `MAX_SPLITS` slices, none under `MIN_SPAN` keys (so 32 from
+    /// 512 keys on); else slices of the size the session's whole context needs for `MAX_SPLITS`
+    /// (a multiple of the decode tile's round).
+    pub(super) fn slices(&self, last: u32) -> (u32, u32) {
+        let len = last + 1;
+        let span = if self.wide {
+            len.div_ceil(MAX_SPLITS).max(MIN_SPAN)
+        } else {
+            self.ctx.div_ceil(MAX_SPLITS).next_multiple_of(self.min_span)
+        };
+        (len.div_ceil(span), span)
     }
 }
 
@@ -128,7 +146,8 @@ impl Sizes {
             Error::Gpu(m) if opts.sequences > 1 => Error::Gpu(format!("{} sequences x {} tokens: {m}", opts.sequences, opts.ctx_size)),
             e => e,
         })?;
-        let split = if gpu.fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv, gpu.fast.query_tiles) } else { None };
+        let fast = &gpu.fast;
+        let split = if fast.split_attention { Split::plan(c, opts.ctx_size, opts.kv, fast.query_tiles, fast.wide_attention) } else { None };
         Ok(Sizes { max_t, max_out, kv, split })
     }
 }
@@ -223,7 +242,7 @@ pub(super) struct Params {
 }
 
 impl Params {
-    pub(super) fn new(b: &Builder, c: &ModelConfig, split: Option<Split>, kv: &KvLayout) -> Params {
+    pub(super) fn new(b: &Builder, c: &ModelConfig, kv: &KvLayout) -> Params {
         let with_f32 = |mut head: Vec<u8>, v: f32| {
             head.extend_from_slice(&v.to_le_bytes());
             head
@@ -248,7 +267,7 @@ impl Params {
             split: pieces
                 .map(|h0| {
                     let mut v = with_f32(u32s(&[c.num_heads as u32, kv.heads, hd]), scale);
-                    v.extend(u32s(&[split.map_or(0, |s| s.span), h0]));
+                    v.extend(u32s(&[h0]));
                     b.param(v)
                 })
                 .collect(),

@@ -126,10 +126,12 @@ impl Builder<'_> {
     ) {
         let st = &b.step;
         let code = kv.ty.code();
+        // Per token and key: a dot product and a weighted sum over head_dim, per query head.
+        let heads = kv.heads * (c.num_heads / c.num_kv_heads) as u32;
+        let work = Work::PerKey(4.0 * heads as f64 * c.head_dim as f64);
         let Some(sp) = split else {
-            let heads = kv.heads * (c.num_heads / c.num_kv_heads) as u32;
             for ((kc, vc), params) in caches.iter().zip(&p.attn) {
-                ops.push(self.op(Kernel::Attention { kv: code }, &[&b.q, kc, vc, &b.att, &b.seq, params, st], Dispatch::Attn { heads }));
+                ops.push(self.op(Kernel::Attention { kv: code }, &[&b.q, kc, vc, &b.att, &b.seq, params, st], Dispatch::Attn { heads }).with_work(work));
             }
             return;
         };
@@ -138,7 +140,7 @@ impl Builder<'_> {
             let k = Kernel::AttnSplit { kv: code, g: sp.g, qt: tile.qt, chunk: tile.chunk, kb: tile.kb, gt: tile.gt, wpt: sp.wpt, hd: c.head_dim as u32 };
             let d = Dispatch::AttnSplit { kv_heads: kv.heads, qt: tile.qt, passes };
             for ((kc, vc), params) in caches.iter().zip(&p.split) {
-                ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, params, st], d));
+                ops.push(self.op(k, &[&b.q, kc, vc, &b.att, &b.part, &b.seq, params, st], d).with_work(work));
             }
         }
         ops.push(self.op(Kernel::AttnCombine, &[&b.part, &b.att, &p.combine, st], Dispatch::AttnCombine { heads: c.num_heads as u32 }));

@@ -80,7 +80,7 @@ impl Session {
         model.gpu.check_lost()?;
         let gpu = &model.gpu;
         let b = Builder::new(gpu);
-        let params = Params::new(&b, &model.cfg, sizes.split, &sizes.kv);
+        let params = Params::new(&b, &model.cfg, &sizes.kv);
         let pass = b.forward(model, &bufs, &params, &sizes.kv, sizes.split);
         let copy_p = gpu.uniform("copy", &[0; 16]);
         let copy = KvCopy {

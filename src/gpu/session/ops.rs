@@ -40,6 +40,18 @@ pub(super) struct Op {
     pub(super) matvec: Option<([wgpu::ComputePipeline; 2], wgpu::BindGroup)>,
     pub(super) bind: wgpu::BindGroup,
     pub(super) dispatch: Dispatch,
+    /// What it computes, for cutting prefill passes into command buffers by work.
+    pub(super) work: Work,
+}
+
+/// An op's floating-point operations: none worth counting, per token, or per token and key of
+/// its context (attention).
+#[derive(Clone, Copy, Default)]
+pub(super) enum Work {
+    #[default]
+    Light,
+    PerToken(f64),
+    PerKey(f64),
 }
 
 /// Which passes an op runs in, by their token count.
@@ -73,6 +85,21 @@ pub(super) fn split(wgs: u32) -> (u32, u32) {
 }
 
 impl Op {
+    /// The op with its work set.
+    pub(super) fn with_work(mut self, work: Work) -> Op {
+        self.work = work;
+        self
+    }
+
+    /// Floating-point operations in a pass of `t` tokens that attend to `keys` keys on average.
+    pub(super) fn flops(&self, t: u32, keys: f64) -> f64 {
+        match self.work {
+            Work::Light => 0.0,
+            Work::PerToken(f) => f * t as f64,
+            Work::PerKey(f) => f * t as f64 * keys,
+        }
+    }
+
     /// Whether this op runs in a pass of `t` tokens whose attention spans `splits` slices
     /// (merging them is skipped for one; a norm the matvecs fold in, below the matmul's size).
     pub(super) fn runs(&self, t: u32, splits: u32) -> bool {
@@ -140,7 +167,7 @@ impl<'g> Builder<'g> {
 
     pub(super) fn op(&self, k: Kernel, bufs: &[&wgpu::Buffer], d: Dispatch) -> Op {
         let ks = &self.gpu.kernels;
-        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d }
+        Op { name: k.name(), pipeline: ks.pipeline(k), matvec: None, bind: ks.bind(k, bufs), dispatch: d, work: Work::Light }
     }
 
     /// `x[t, :] = row tokens[t] of m` for every row chunk of `m` (each looks up the ids it holds).
@@ -211,6 +238,7 @@ impl<'g> Builder<'g> {
                 matvec: Some(([mv(true), mv(false)], mv_bind)),
                 bind: mat_bind,
                 dispatch: Dispatch::Mat { n: ch.rows, rows },
+                work: Work::PerToken(2.0 * ch.rows as f64 * m.cols as f64),
             });
         }
     }

@@ -51,12 +51,8 @@ impl Session {
         let t = tokens.len() as u32;
         let n_out: usize = outs.iter().map(|o| o.1).sum();
         let last = seq.iter().map(|s| s[0]).max().unwrap_or(0);
-        // Long passes have tokens enough to fill the device: one slice each.
-        let splits = match self.split {
-            Some(sp) if t <= MATVEC_MAX_T => sp.slices(last),
-            _ => 1,
-        };
-        gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, splits, 0, 0]));
+        let (splits, span) = self.slices(t, last);
+        gpu.queue.write_buffer(&self.bufs.step, 0, &u32s(&[t, splits, span, 0]));
         gpu.queue.write_buffer(&self.bufs.step_out, 0, &u32s(&[n_out as u32, 0, 0, 0]));
         gpu.queue.write_buffer(&self.bufs.tokens, 0, bytemuck::cast_slice(&tokens));
         gpu.queue.write_buffer(&self.bufs.seq, 0, bytemuck::cast_slice(&seq));
@@ -73,11 +69,17 @@ impl Session {
         let mut enc = gpu.device.create_command_encoder(&Default::default());
         // A pass of a few tokens (decode) goes out in DECODE_SUBMITS command buffers, so the
         // device runs the first layers while the host records the rest. A long prefill pass
-        // goes out in pieces of PREFILL_OPS_PER_SUBMIT ops (a few layers): on a slow GPU one
+        // goes out in pieces of about PREFILL_FLOPS_PER_SUBMIT of work: on a slow GPU one
         // command buffer for a whole 256-token pass through a big model can outlast the OS's or
         // the browser's GPU watchdog (Windows resets the device after 2 s).
-        let per_submit = if t > MATVEC_MAX_T { PREFILL_OPS_PER_SUBMIT } else { self.pass.body.len().div_ceil(DECODE_SUBMITS).max(1) };
-        let mut chunks = self.pass.body.chunks(per_submit).peekable();
+        let pieces = if t > MATVEC_MAX_T {
+            let keys = seq.iter().map(|s| s[0] as f64 + 1.0).sum::<f64>() / t as f64;
+            budget_pieces(&self.pass.body, |op| op.flops(t, keys), PREFILL_FLOPS_PER_SUBMIT)
+        } else {
+            let per = self.pass.body.len().div_ceil(DECODE_SUBMITS).max(1);
+            (0..self.pass.body.len()).step_by(per).map(|i| i..(i + per).min(self.pass.body.len())).collect()
+        };
+        let mut chunks = pieces.into_iter().map(|r| &self.pass.body[r]).peekable();
         while let Some(ops) = chunks.next() {
             {
                 let mut pass = enc.begin_compute_pass(&Default::default());
@@ -269,12 +271,28 @@ impl Session {
     /// `last` and it keeps `n_out` logit rows (a decode step: `t = 1, n_out = 1`). Every pass is
     /// one submit.
     pub fn dispatches(&self, t: usize, last: usize, n_out: usize) -> usize {
-        let splits = match self.split {
-            Some(sp) if t as u32 <= MATVEC_MAX_T => sp.slices(last as u32),
-            _ => 1,
-        };
+        let splits = self.slices(t as u32, last as u32).0;
         let body = self.pass.body.iter().filter(|op| op.runs(t as u32, splits)).count();
         body + if n_out > 0 { self.pass.head.len() } else { 0 }
+    }
+
+    /// (slices, keys per slice) of split attention in a pass of `t` tokens whose latest is at
+    /// position `last`: long passes have tokens enough to fill the device, one slice each.
+    fn slices(&self, t: u32, last: u32) -> (u32, u32) {
+        match self.split {
+            Some(sp) if t <= MATVEC_MAX_T => sp.slices(last),
+            _ => (1, u32::MAX),
+        }
+    }
+
+    /// Workgroups of the decode attention dispatches (all cache buffers) in a one-token pass whose
+    /// token is at position `last`: KV heads x context slices (the baseline kernel: query heads).
+    pub fn attn_workgroups(&self, last: usize) -> usize {
+        let c = &self.model.cfg;
+        match self.split {
+            Some(_) => c.num_kv_heads * self.slices(1, last as u32).0 as usize,
+            None => c.num_heads,
+        }
     }
 
     /// The most tokens one pass takes.
@@ -288,8 +306,32 @@ impl Session {
     }
 }
 
-/// Ops per command buffer in a prefill pass (see `Session::run`): about four layers.
+/// Ops per command buffer when profiling with timestamps (see `time_ops`): about four layers.
 pub(super) const PREFILL_OPS_PER_SUBMIT: usize = 48;
+
+/// Work per command buffer in a prefill pass (see `Session::run`), in floating-point
+/// operations: 0.1 s on a GPU that sustains 0.5 TFLOPS (an integrated GPU), far under the 2 s
+/// watchdog; one op larger than this goes alone.
+pub(super) const PREFILL_FLOPS_PER_SUBMIT: f64 = 5e10;
+
+/// `ops` cut into consecutive ranges whose work (`flops` each) stays within `budget`, each at
+/// least one op (an op over the budget goes with only the light ops after it).
+pub(super) fn budget_pieces<T>(ops: &[T], flops: impl Fn(&T) -> f64, budget: f64) -> Vec<std::ops::Range<usize>> {
+    let mut out = vec![];
+    let (mut start, mut sum) = (0, 0.0);
+    for (i, op) in ops.iter().enumerate() {
+        let w = flops(op);
+        if i > start && w > 0.0 && sum + w > budget {
+            out.push(start..i);
+            (start, sum) = (i, 0.0);
+        }
+        sum += w;
+    }
+    if start < ops.len() {
+        out.push(start..ops.len());
+    }
+    out
+}
 
 /// Command buffers per decode pass (the last also holds the output head).
 pub(super) const DECODE_SUBMITS: usize = 2;
@@ -341,5 +383,22 @@ pub(super) fn time_ops(gpu: &crate::gpu::Gpu, prof: &mut HashMap<&'static str, f
         for (i, &(name, ..)) in chunk.iter().enumerate() {
             *prof.entry(name).or_default() += ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::budget_pieces;
+
+    #[test]
+    fn prefill_pieces_follow_the_work_budget() {
+        // Ops of 0 (light), 30 and 80 units under a budget of 100: a piece closes before the op
+        // that would pass the budget; an op over it goes alone; light ops ride along.
+        let work = [0.0, 30.0, 30.0, 0.0, 30.0, 30.0, 150.0, 0.0, 80.0, 0.0];
+        let pieces = budget_pieces(&work, |w| *w, 100.0);
+        assert_eq!(pieces, vec![0..5, 5..6, 6..8, 8..10]);
+        assert!(pieces.iter().all(|r| work[r.clone()].iter().sum::<f64>() <= 100.0 || r.len() == 1 || work[r.start] > 100.0));
+        assert!(budget_pieces(&[] as &[f64], |w: &f64| *w, 1.0).is_empty());
+        assert_eq!(budget_pieces(&[0.0f64; 3], |w: &f64| *w, 1.0), vec![0..3]);
     }
 }
