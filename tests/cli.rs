@@ -119,7 +119,7 @@ fn info_reports_fast_paths_and_their_switches() {
     let info = |env: &[(&str, &str)]| -> serde_json::Value {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tildeopen"));
         c.arg("info");
-        for v in ["TILDEOPEN_NORM_FOLD", "TILDEOPEN_INT_DOT", "TILDEOPEN_SUBGROUPS", "TILDEOPEN_BASELINE_KERNELS", "TILDEOPEN_QUERY_TILES"] {
+        for v in ["TILDEOPEN_NORM_FOLD", "TILDEOPEN_INT_DOT", "TILDEOPEN_SUBGROUPS", "TILDEOPEN_BASELINE_KERNELS", "TILDEOPEN_QUERY_TILES", "TILDEOPEN_WIDE_ATTENTION"] {
             c.env_remove(v);
         }
         let out = c.envs(env.iter().copied()).output().unwrap();
@@ -129,10 +129,12 @@ fn info_reports_fast_paths_and_their_switches() {
     let plain = info(&[]);
     assert_eq!((plain["fused"].as_bool(), plain["int_dot"].as_bool(), plain["query_tiles"].as_bool()), (Some(true), Some(false), Some(true)), "{plain}");
     assert_eq!(info(&[("TILDEOPEN_QUERY_TILES", "0")])["query_tiles"], false);
+    // Wide attention: off on a CPU device unless asked for.
+    assert_eq!((plain["wide_attention"].as_bool(), info(&[("TILDEOPEN_WIDE_ATTENTION", "1")])["wide_attention"].as_bool()), (Some(false), Some(true)), "{plain}");
     let asked = info(&[("TILDEOPEN_NORM_FOLD", "1"), ("TILDEOPEN_INT_DOT", "1")]);
     assert_eq!((asked["norm_fold"].as_bool(), asked["int_dot"].as_bool()), (Some(true), Some(true)), "{asked}");
-    let base = info(&[("TILDEOPEN_BASELINE_KERNELS", "1"), ("TILDEOPEN_NORM_FOLD", "1"), ("TILDEOPEN_INT_DOT", "1")]);
-    for k in ["fused", "split_attention", "query_tiles", "subgroups", "norm_fold", "int_dot"] {
+    let base = info(&[("TILDEOPEN_BASELINE_KERNELS", "1"), ("TILDEOPEN_NORM_FOLD", "1"), ("TILDEOPEN_INT_DOT", "1"), ("TILDEOPEN_WIDE_ATTENTION", "1")]);
+    for k in ["fused", "split_attention", "query_tiles", "subgroups", "norm_fold", "int_dot", "wide_attention"] {
         assert_eq!(base[k], false, "{k} with the baseline kernels: {base}");
     }
 }

@@ -151,6 +151,28 @@ fn caches_span_buffers_by_kv_head() {
     }
 }
 
+/// The CLI refuses an unknown cache type by name before loading anything, and a model whose
+/// heads cannot take a quantized type says why.
+#[test]
+fn bad_cache_types_are_refused_by_name() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tildeopen")).args(args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let m = fixtures().join("models/tiny-tildeopen/model-Q8_0.gguf");
+    let (ok, err) = run(&["logits", "--model", "/nonexistent.gguf", "--tokens", "1", "--kv-cache", "q5_1"]);
+    assert!(!ok && err.contains("q5_1") && err.contains("q8_0") && !err.contains("nonexistent"), "{err}");
+    let (ok, _) = run(&["logits", "--model", m.to_str().unwrap(), "--tokens", "1,2", "--kv-cache", "q4_0"]);
+    assert!(ok);
+    // head_dim 48: blocks of 32 would straddle heads.
+    let c = tildeopen::ModelConfig::from_hf_json(r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 96, "intermediate_size": 64, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 48, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "max_position_embeddings": 64, "vocab_size": 64}"#).unwrap();
+    let e = KvType::Q8_0.unsupported(&c).unwrap();
+    assert!(e.contains("multiple of 32") && e.contains("48"), "{e}");
+    assert!(KvType::F16.unsupported(&c).is_none());
+}
+
 /// A 32,768-token context on the 64k fixture (YaRN) with a q8_0 cache against an f16 one: the
 /// logits at the last position agree within the fixture's q8_0 tolerance (max |d| <= 0.1, the
 /// same argmax). Minutes on a CPU device, so not in the test command: the README names it as a

@@ -62,6 +62,16 @@ const TABLE: &[(&str, How)] = &[
     ("scripts/build-extension --model https://host/TildeOpen-30b-Q4_K_M.gguf --target lv --parallel 8", By("tests/extension.rs", r#""--parallel", "2""#)),
     ("scripts/page-bench --parallel 1,8", Bench),
     ("cargo test --release --locked --lib sampling_time_over_131072_logits -- --nocapture", By("src/chat/sampling/tests.rs", "fn sampling_time_over_131072_logits")),
+    (r#"tildeopen chat --kv-cache q8_0 "What is the capital of Latvia?""#, Run("Riga")),
+    ("cargo test --release --locked --test kv_cache -- --ignored --nocapture", By("tests/kv_cache.rs", "fn long_context_q8_0_on_the_64k_fixture")),
+    (
+        r#"LLAMA_SERVER=scripts/llama-server-kv LLAMA_KV=q8_0 ../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 2000 --gen-tokens 32 --rounds 1 --extra "--kv-cache q8_0""#,
+        Bench,
+    ),
+    (
+        r#"LLAMA_SERVER=scripts/llama-server-kv LLAMA_KV=f16 ../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 2000 --gen-tokens 32 --rounds 1 --extra "--kv-cache f16""#,
+        Bench,
+    ),
     ("scripts/container", Bench),
     ("scripts/container --gpu", Bench),
     ("curl -s localhost:8080/ping", Curl(r#""status":"ok""#)),
