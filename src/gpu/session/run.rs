@@ -307,6 +307,7 @@ impl Session {
 }
 
 /// Ops per command buffer when profiling with timestamps (see `time_ops`): about four layers.
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 pub(super) const PREFILL_OPS_PER_SUBMIT: usize = 48;
 
 /// Work per command buffer in a prefill pass (see `Session::run`), in floating-point
