@@ -135,6 +135,13 @@ pub fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     }).fold(0.0, f32::max)
 }
 
+/// The argmax of `v` and its margin over the second-best value.
+pub fn top_margin(v: &[f32]) -> (usize, f32) {
+    let top = argmax(v);
+    let second = v.iter().enumerate().filter(|(i, _)| *i != top).map(|(_, x)| *x).fold(f32::MIN, f32::max);
+    (top, v[top] - second)
+}
+
 pub fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
     for (i, x) in v.iter().enumerate() {
