@@ -4,7 +4,8 @@
 // Keys are visited in tiles of 64 with an online softmax (running max and
 // sum), so the context length is bounded only by the cache. All math in f32. The cache buffers
 // hold KV heads head0 .. head0 + pheads (all of them unless the cache spans several buffers, one
-// dispatch each), laid out as kv_types.wgsl says.
+// dispatch each), laid out as kv_types.wgsl says (quantized blocks rotated: the query is rotated
+// on load and the output back at the end).
 
 struct AttnParams {
     heads: u32,
@@ -87,6 +88,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         qs[d] = Q[qbase + d] * p.scale;
     }
     workgroupBarrier();
+    if (kv_quantized()) {
+        // Keys are stored rotated block by block (kv_types.wgsl): rotate the query's blocks too.
+        if (lid < hd / 32u) {
+            var x: array<f32, 32>;
+            for (var k = 0u; k < 32u; k++) {
+                x[k] = qs[32u * lid + k];
+            }
+            let y = kv_hadamard(x);
+            for (var k = 0u; k < 32u; k++) {
+                qs[32u * lid + k] = y[k];
+            }
+        }
+        workgroupBarrier();
+    }
     let qpos = SEQ[t].x;
     let first = SEQ[t].y;
     var m = -3.0e38;
@@ -140,6 +155,26 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             }
         }
         workgroupBarrier();
+    }
+    if (kv_quantized()) {
+        // So are values: rotate the weighted sum back (through qs, free now).
+        for (var c = 0u; c < 4u; c++) {
+            let d = lid + c * TILE;
+            if (d < hd) {
+                qs[d] = acc[c];
+            }
+        }
+        workgroupBarrier();
+        for (var c = 0u; c < 4u; c++) {
+            let d = lid + c * TILE;
+            if (d < hd) {
+                var y = 0.0;
+                for (var k = 0u; k < 32u; k++) {
+                    y = fma(kv_hsign(d % 32u, k), qs[d - d % 32u + k], y);
+                }
+                acc[c] = y * KV_H;
+            }
+        }
     }
     for (var c = 0u; c < 4u; c++) {
         let d = lid + c * TILE;

@@ -12,7 +12,8 @@
 // (max, sum) to PART and attn_combine.wgsl merges them. All math in f32. The cache buffers hold
 // KV heads head0 .. head0 + kv_heads (all of them unless the cache spans several buffers, one
 // dispatch each), laid out as kv_types.wgsl says: f32, f16, or q8_0 / q4_0 blocks whose codes
-// are read a vec4 of words at a time and scaled before the dot.
+// are read a vec4 of words at a time and scaled before the dot (blocks rotated: the queries are
+// rotated on load and the output back at the end).
 
 struct SplitParams {
     heads: u32,
@@ -107,6 +108,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     if (lid < R) {
         ml[lid] = vec2<f32>(NONE, 0.0);
+    }
+    if (kv_quantized()) {
+        // The cache holds keys rotated block by block (kv_types.wgsl): rotate the queries' blocks
+        // the same way, a block (8 vec4s of one row) per thread.
+        workgroupBarrier();
+        for (var bi = lid; bi < R * hd / 32u; bi += 64u) {
+            var x: array<f32, 32>;
+            for (var m = 0u; m < 8u; m++) {
+                let v = qpool[bi * 8u + m];
+                x[4u * m] = v.x;
+                x[4u * m + 1u] = v.y;
+                x[4u * m + 2u] = v.z;
+                x[4u * m + 3u] = v.w;
+            }
+            let y = kv_hadamard(x);
+            for (var m = 0u; m < 8u; m++) {
+                qpool[bi * 8u + m] = vec4<f32>(y[4u * m], y[4u * m + 1u], y[4u * m + 2u], y[4u * m + 3u]);
+            }
+        }
     }
     let g = lid / GT;
     let rr = lid % GT;
@@ -319,6 +339,41 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             }
         }
         c0 = next;
+    }
+    if (kv_quantized()) {
+        // The weighted value rows are rotated (kv_types.wgsl): gather each row's sums in qpool
+        // (free now; even columns, then odd ones, so a vec4 has one writer at a time) and rotate
+        // them back, each thread its own pair of values.
+        for (var par = 0u; par < 2u; par++) {
+            for (var c = 0u; c < WPT; c++) {
+                let wc = lid + 64u * c;
+                if (wc < wcols && (wc & 1u) == par) {
+                    for (var h = 0u; h < R; h++) {
+                        let a = acc[c * MAXR + h];
+                        var v = qpool[h * hd4 + wc / 2u];
+                        v[2u * par] = a.x;
+                        v[2u * par + 1u] = a.y;
+                        qpool[h * hd4 + wc / 2u] = v;
+                    }
+                }
+            }
+            workgroupBarrier();
+        }
+        for (var c = 0u; c < WPT; c++) {
+            let wc = lid + 64u * c;
+            if (wc < wcols) {
+                let j = (2u * wc) % 32u;
+                let b0 = (2u * wc / 32u) * 8u;
+                for (var h = 0u; h < R; h++) {
+                    var y = vec2<f32>(0.0);
+                    for (var m = 0u; m < 8u; m++) {
+                        let v = qpool[h * hd4 + b0 + m];
+                        y += vec2<f32>(dot(v, kv_hsign4(j, m)), dot(v, kv_hsign4(j + 1u, m)));
+                    }
+                    acc[c * MAXR + h] = y * KV_H;
+                }
+            }
+        }
     }
     let rec_len = hd + 2u;
     for (var c = 0u; c < WPT; c++) {

@@ -5,7 +5,11 @@
 //   KV_TYPE 2, q8_0 and 3, q4_0: blocks of 32 values quantized as llama.cpp does, the row's codes
 //     first (q8_0: 4 signed bytes a word; q4_0: 8 nibbles a word, value = nibble - 8; in value
 //     order, low bits first), then each block's f16 scale, two a word, the row padded to whole
-//     vec4s (src/gpu/session/kv.rs has the sizes).
+//     vec4s (src/gpu/session/kv.rs has the sizes). A quantized block holds its 32 values rotated
+//     by the normalised Walsh-Hadamard transform (`kv_hadamard`): an outlier's weight spreads over
+//     the block, so the block's scale no longer crushes its other values. The transform is
+//     orthonormal and its own inverse, so attention rotates the query's blocks the same way (the
+//     dot products are unchanged) and rotates its weighted sum of value rows back.
 
 override KV_TYPE: u32 = 1u;
 
@@ -79,7 +83,8 @@ struct KvBlock {
     d: f32,
 }
 
-fn kv_quant(x: array<f32, 32>) -> KvBlock {
+fn kv_quant(x0: array<f32, 32>) -> KvBlock {
+    let x = kv_hadamard(x0);
     var b: KvBlock;
     if (KV_TYPE == 2u) {
         // q8_0: d = max|x| / 127, codes round(x / d).
@@ -121,4 +126,37 @@ fn kv_quant(x: array<f32, 32>) -> KvBlock {
         b.d = d;
     }
     return b;
+}
+
+// 1 / sqrt(32): the normalisation of the 32-point Walsh-Hadamard transform.
+const KV_H: f32 = 0.17677669529663687;
+
+// The normalised Walsh-Hadamard transform of a block (its own inverse): y[j] = sum over k of
+// (-1)^popcount(j & k) x[k] / sqrt(32), as five butterfly stages.
+fn kv_hadamard(x: array<f32, 32>) -> array<f32, 32> {
+    var y = x;
+    for (var h = 1u; h < 32u; h <<= 1u) {
+        for (var i = 0u; i < 32u; i++) {
+            if ((i & h) == 0u) {
+                let a = y[i];
+                let b = y[i + h];
+                y[i] = a + b;
+                y[i + h] = a - b;
+            }
+        }
+    }
+    for (var i = 0u; i < 32u; i++) {
+        y[i] *= KV_H;
+    }
+    return y;
+}
+
+// The transform's sign for output j and input k (both within the block).
+fn kv_hsign(j: u32, k: u32) -> f32 {
+    return 1.0 - 2.0 * f32(countOneBits(j & k) & 1u);
+}
+
+// The four signs of inputs 4m .. 4m + 3 for output j.
+fn kv_hsign4(j: u32, m: u32) -> vec4<f32> {
+    return vec4<f32>(kv_hsign(j, 4u * m), kv_hsign(j, 4u * m + 1u), kv_hsign(j, 4u * m + 2u), kv_hsign(j, 4u * m + 3u));
 }

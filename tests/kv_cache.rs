@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use tildeopen::gpu::session::{kv_row_bytes, Piece};
+use tildeopen::gpu::session::{hadamard32, kv_row_bytes, Piece};
 use tildeopen::{KvType, Session, SessionOptions};
 
 fn opts(kv: KvType, ctx_size: usize) -> SessionOptions {
@@ -16,7 +16,8 @@ fn ids(n: u32, vocab: u32) -> Vec<u32> {
 }
 
 /// Layer 0's keys and values do not depend on the cache, so an f32 session holds exactly what
-/// the others quantize: every stored value decodes to within half a quantization step of it plus
+/// the others quantize: every stored value (in the rotated domain the quantized blocks are
+/// stored in, `hadamard32`) decodes to within half a quantization step of it plus
 /// the f16 scale's rounding (q4_0: a step, its codes' range being one-sided; f16: f16's rounding)
 /// and equals the host's reference quantizer's codes for at least 99.5% of
 /// values (the rest: ties that f32 rounding in the RoPE tips the other way). Checked on the fused
@@ -41,6 +42,15 @@ fn stored_rows_match_the_host_reference() {
             let (mut same, mut all, mut worst) = (0, 0, 0f32);
             for (got, want) in k.iter().zip(&k32).chain(v.iter().zip(&v32)) {
                 let reference = ty.decode_row(&ty.encode_row(want), want.len());
+                // Quantized blocks are quantized rotated: compare there.
+                let rotated = |x: &[f32]| {
+                    let mut x = x.to_vec();
+                    if ty.quantized() {
+                        x.chunks_mut(32).for_each(hadamard32);
+                    }
+                    x
+                };
+                let (got, reference, want) = (&rotated(got), rotated(&reference), &rotated(want));
                 for ((g, r), (x, blk)) in got.iter().zip(&reference).zip(want.iter().zip(want.chunks(32).flat_map(|b| std::iter::repeat_n(b, 32)))) {
                     let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
                     // Half a step plus the f16 scale's rounding (up to 2^-11 of the block's max).
@@ -70,7 +80,7 @@ fn stored_rows_match_the_host_reference() {
 ///
 /// | | q8_0 M / P | q4_0 M / P |
 /// |---|---|---|
-/// | tiny-tildeopen (all 8 files) | 3.0 / 2.0 | 3.0 / 8.0 |
+/// | tiny-tildeopen (all 8 files) | 3.0 / 2.0 | 4.0 / 9.0 |
 /// | tiny-tildeopen-64k, -decoupled | 0.25 / 0.1 | 1.0 / 1.0 |
 #[test]
 fn quantized_caches_within_tolerance() {
@@ -83,7 +93,7 @@ fn quantized_caches_within_tolerance() {
             let (min_margin, bound) = match (ty, hostile) {
                 (KvType::Q8_0, true) => (3.0, 2.0),
                 (KvType::Q8_0, false) => (0.25, 0.1),
-                (_, true) => (3.0, 8.0),
+                (_, true) => (4.0, 9.0),
                 (_, false) => (1.0, 1.0),
             };
             let mut s = Session::new(&model, opts(ty, 256)).unwrap();

@@ -21,7 +21,8 @@ enum How {
     Run(&'static str),
     /// Run from the repository root; stdout must contain the text.
     RunInRepo(&'static str),
-    /// Run with smaller sizes (the README's take minutes on a CPU device); stdout must contain the text.
+    /// Run with smaller sizes (the README's take minutes on a CPU device, or generate until the
+    /// model stops: the same options, a token limit added); stdout must contain the text.
     Shrunk(&'static str, &'static str),
     /// The server line: started, waited for, stopped at the end.
     Serve,
@@ -47,12 +48,15 @@ const TABLE: &[(&str, How)] = &[
     ("scripts/build-extension", By("tests/extension.rs", "scripts/build-extension")),
     (r#"tildeopen chat "What is the capital of Latvia?""#, Run("Riga")),
     ("tildeopen chat --request req.json --json", Run(r#""object":"chat.completion""#)),
-    (r#"tildeopen ask --context-file doc.txt "Who signed it?""#, Run("")),
-    (r#"tildeopen summarise --file report.txt --instruction "Two sentences, about costs.""#, Run("")),
+    (r#"tildeopen ask --context-file doc.txt "Who signed it?""#, Shrunk(r#"tildeopen ask --context-file doc.txt "Who signed it?" --max-tokens 12"#, "")),
+    (
+        r#"tildeopen summarise --file report.txt --instruction "Two sentences, about costs.""#,
+        Shrunk(r#"tildeopen summarise --file report.txt --instruction "Two sentences, about costs." --max-tokens 12"#, ""),
+    ),
     (r#"tildeopen complete --prompt "The capital of France is" --max-tokens 8 --json"#, Run(r#""ids""#)),
     ("tildeopen complete --tokens 504,3575,282 --max-tokens 8 --json", Run(r#""ids""#)),
     (r#"tildeopen tokenize --model tokenizer.model --text "Sveiki""#, Run(r#""ids""#)),
-    ("tildeopen perplexity --file text.txt --ctx 256", Run("PPL = ")),
+    ("tildeopen perplexity --file text.txt --ctx 256", Shrunk("tildeopen perplexity --file text.txt --ctx 64 --chunks 1", "PPL = ")),
     ("tildeopen logits   --tokens 48,512,33", Run(r#""logits""#)),
     ("tildeopen bench    --prompt-tokens 672 --gen-tokens 128 --repeat 3 --json", Shrunk("tildeopen bench --prompt-tokens 16 --gen-tokens 4 --repeat 1 --json", "decode_tok_s")),
     ("tildeopen info", Run("")),
@@ -64,6 +68,7 @@ const TABLE: &[(&str, How)] = &[
     ("cargo test --release --locked --lib sampling_time_over_131072_logits -- --nocapture", By("src/chat/sampling/tests.rs", "fn sampling_time_over_131072_logits")),
     (r#"tildeopen chat --kv-cache q8_0 "What is the capital of Latvia?""#, Run("Riga")),
     ("cargo test --release --locked --test kv_cache -- --ignored --nocapture", By("tests/kv_cache.rs", "fn long_context_q8_0_on_the_64k_fixture")),
+    (r#"tildeopen perplexity --model "$(tildeopen fetch)" --file ../shared/fixtures/smollm2/eval-shared.txt --ctx 512 --chunks 3 --kv-cache q4_0"#, Bench),
     (
         r#"LLAMA_SERVER=scripts/llama-server-kv LLAMA_KV=q8_0 ../shared/bench/vs-llama-vulkan --model /tmp/bench.gguf --prompt-tokens 2000 --gen-tokens 32 --rounds 1 --extra "--kv-cache q8_0""#,
         Bench,

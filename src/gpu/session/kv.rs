@@ -9,7 +9,11 @@
 //! codes min(15, trunc(x / d + 8.5)) - 8), the row's codes first (4 a word for q8_0, 8 a word
 //! for q4_0, in order), then its blocks' f16 scales two a word, the row padded to whole vec4s:
 //! the bytes per value are llama.cpp's (34 per 32 for q8_0, 18 for q4_0, plus the padding), but
-//! no word holds parts of two blocks' codes and every row starts on a 16-byte boundary.
+//! no word holds parts of two blocks' codes and every row starts on a 16-byte boundary. A
+//! quantized block holds its values rotated by the normalised 32-point Walsh-Hadamard transform
+//! ([`hadamard32`]), which spreads an outlier over the block before it sets the block's scale;
+//! attention rotates the query the same way and its output back (the transform is orthonormal
+//! and its own inverse), so nothing outside the cache sees rotated values.
 
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -77,6 +81,23 @@ impl KvType {
     }
 }
 
+/// The normalised Walsh-Hadamard transform of a 32-value block, in place (its own inverse):
+/// the same butterflies, in the same order, as `kv_hadamard` in `shaders/kv_types.wgsl`.
+pub fn hadamard32(x: &mut [f32]) {
+    assert_eq!(x.len(), 32);
+    let mut h = 1;
+    while h < 32 {
+        for i in (0..32).filter(|i| i & h == 0) {
+            let (a, b) = (x[i], x[i + h]);
+            x[i] = a + b;
+            x[i + h] = a - b;
+        }
+        h <<= 1;
+    }
+    // 1 / sqrt(32), exactly the f32 the kernels use.
+    x.iter_mut().for_each(|v| *v *= std::f32::consts::FRAC_1_SQRT_2 / 4.0);
+}
+
 /// llama.cpp's `roundf`: halves away from zero.
 fn round_away(x: f32) -> f32 {
     x.signum() * (x.abs() + 0.5).floor()
@@ -94,6 +115,10 @@ impl KvType {
                 let mut codes = Vec::new();
                 let mut scales = Vec::new();
                 for b in x.chunks(32) {
+                    let mut r = [0f32; 32];
+                    r.copy_from_slice(b);
+                    hadamard32(&mut r);
+                    let b = &r[..];
                     if self == KvType::Q8_0 {
                         let d = b.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
                         let id = if d > 0.0 { 1.0 / d } else { 0.0 };
@@ -118,14 +143,18 @@ impl KvType {
     /// The `vals` values of a cache row stored as `words` (the inverse of [`KvType::encode_row`]).
     pub fn decode_row(self, words: &[u32], vals: usize) -> Vec<f32> {
         let f16 = |w: u32, i: usize| half::f16::from_bits((w >> (16 * (i & 1))) as u16).to_f32();
-        (0..vals)
+        let mut out: Vec<f32> = (0..vals)
             .map(|i| match self {
                 KvType::F32 => f32::from_bits(words[i]),
                 KvType::F16 => f16(words[i / 2], i),
                 KvType::Q8_0 => ((words[i / 4] << (24 - 8 * (i % 4))) as i32 >> 24) as f32 * f16(words[vals / 4 + i / 64], i / 32),
                 KvType::Q4_0 => (((words[i / 8] >> (4 * (i % 8))) & 15) as f32 - 8.0) * f16(words[vals / 8 + i / 64], i / 32),
             })
-            .collect()
+            .collect();
+        if self.quantized() {
+            out.chunks_mut(32).for_each(hadamard32);
+        }
+        out
     }
 }
 
@@ -253,6 +282,12 @@ mod tests {
         assert_eq!(KvLayout::plan(&c, KvType::Q8_0, 65536 * 2, 128 << 20).unwrap().pieces, 2);
     }
 
+    fn rotated(x: &[f32]) -> Vec<f32> {
+        let mut x = x.to_vec();
+        x.chunks_mut(32).for_each(hadamard32);
+        x
+    }
+
     #[test]
     fn host_rows_round_trip_within_half_a_step() {
         let x: Vec<f32> = (0..192).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013 + if i == 70 { 3.0 } else { 0.0 }).collect();
@@ -260,6 +295,8 @@ mod tests {
             let w = ty.encode_row(&x);
             assert_eq!(w.len(), ty.row_words(x.len()));
             let y = ty.decode_row(&w, x.len());
+            // Quantized blocks are quantized rotated: their bound holds there.
+            let (x, y) = if ty.quantized() { (rotated(&x), rotated(&y)) } else { (x.clone(), y) };
             for (b, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
                 let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
                 // Half a quantization step plus the f16 scale's rounding, or f16's own.
@@ -274,6 +311,24 @@ mod tests {
                 assert!(worst <= step + 1e-6, "{ty} block {b}: error {worst} > {step}");
             }
         }
+    }
+
+    #[test]
+    fn the_rotation_is_its_own_inverse_and_spreads_an_outlier() {
+        let x: Vec<f32> = (0..32).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.1 + if i == 9 { 8.0 } else { 0.0 }).collect();
+        let back = rotated(&rotated(&x));
+        assert!(x.iter().zip(&back).all(|(a, b)| (a - b).abs() < 1e-5), "{back:?}");
+        // Norm kept, largest value cut from 8.x to under half of it.
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+        let r = rotated(&x);
+        assert!((norm(&r) - norm(&x)).abs() < 1e-4);
+        assert!(r.iter().fold(0f32, |m, v| m.max(v.abs())) < 4.0);
+        // So q4_0's error on the block (a value of 8 sets a step of 1 without it) falls.
+        let err = |ty: KvType| norm(&x.iter().zip(ty.decode_row(&ty.encode_row(&x), 32)).map(|(a, b)| a - b).collect::<Vec<_>>());
+        let mx = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let d = mx / -8.0;
+        let plain = norm(&x.iter().map(|&v| v - (((v / d + 8.5).max(0.0) as u32).min(15) as f32 - 8.0) * d).collect::<Vec<_>>());
+        assert!(err(KvType::Q4_0) < plain * 0.5, "rotated {} plain {plain}", err(KvType::Q4_0));
     }
 
     #[test]

@@ -274,5 +274,5 @@ use buffers::*;
 use layer::*;
 use ops::*;
 use kv::KvLayout;
-pub use kv::{default_ctx_size, kv_row_bytes, kv_tokens_fit, KvType, DEFAULT_CTX_CAP};
+pub use kv::{default_ctx_size, hadamard32, kv_row_bytes, kv_tokens_fit, KvType, DEFAULT_CTX_CAP};
 pub use ops::{apply_matrix, apply_matrix_q8};
