@@ -151,7 +151,8 @@ fn prefill_then_decode_equals_one_prefill() {
 
 /// Decode passes (a few tokens) take the split attention kernel, which walks a long context in
 /// several slices and merges them; its logits equal those of one long pass (one slice per
-/// token) and of the baseline kernels (one workgroup per query head), for each cache type and
+/// token), whose first 300 equal those of the baseline kernels (one workgroup per query head:
+/// cost growing with the square of the context, so not the whole 712), for each cache type and
 /// head layout.
 #[test]
 fn split_attention_over_long_contexts_equals_full_attention() {
@@ -164,20 +165,20 @@ fn split_attention_over_long_contexts_equals_full_attention() {
         let vocab = model.cfg.vocab_size as u32;
         // 700 tokens: three 256-key slices; then 5 tokens in one pass and 7 one at a time.
         let ids: Vec<u32> = (0..712u32).map(|i| (i * 2654435761u32.wrapping_add(i)) % vocab).collect();
-        // f32 and f16 on every model; each quantized type on one (they share the f16 layout's
-        // head loop: the decoupled model's 6-head groups take q8_0, the 64k one q4_0).
-        let quantized = match m {
-            "tiny-tildeopen-decoupled" => vec![KvType::Q8_0],
-            "tiny-tildeopen-64k/model-Q4_K_M.gguf" => vec![KvType::Q4_0],
-            _ => vec![],
+        // f16 on every model, f32 on the first; each quantized type on one (they share the f16
+        // layout's head loop: the decoupled model's 6-head groups take q8_0, the 64k one q4_0).
+        let types = match m {
+            "tiny-tildeopen-decoupled" => vec![KvType::F16, KvType::Q8_0],
+            "tiny-tildeopen-64k/model-Q4_K_M.gguf" => vec![KvType::F16, KvType::Q4_0],
+            _ => vec![KvType::F32, KvType::F16],
         };
-        for kv in [KvType::F32, KvType::F16].into_iter().chain(quantized) {
+        for kv in types {
             let opts = SessionOptions { ctx_size: 1024, kv, ..Default::default() };
             let mut s = Session::new(&base_model, opts.clone()).unwrap();
-            let baseline = pollster::block_on(s.logits_all(&ids)).unwrap();
+            let baseline = pollster::block_on(s.logits_all(&ids[..300])).unwrap();
             let mut s = Session::new(&model, opts).unwrap();
             let whole = pollster::block_on(s.logits_all(&ids)).unwrap();
-            let d = max_abs_diff(&whole, &baseline);
+            let d = max_abs_diff(&whole[..300], &baseline);
             println!("{m} ({kv} cache): one long pass vs baseline kernels, max |d| = {d}");
             // The fused RoPE + store may round K differently in the last f32 bit, which can move
             // an f16 cache entry by one f16 step; this model amplifies that (see the f16 test).
