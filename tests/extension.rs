@@ -28,7 +28,7 @@ fn extension_translates_a_page_and_restores_it() {
     let ext = root.join("extension");
     let model = format!("{base}/fixtures/models/tiny-tildeopen/model-Q8_0.gguf");
     let st = Command::new(repo().join("scripts/build-extension"))
-        .args(["--out", ext.to_str().unwrap(), "--model", &model, "--auto", "--max-tokens", "64"])
+        .args(["--out", ext.to_str().unwrap(), "--model", &model, "--auto", "--max-tokens", "32"])
         .status()
         .unwrap();
     assert!(st.success());
@@ -37,7 +37,7 @@ fn extension_translates_a_page_and_restores_it() {
     let v = web.open(
         &format!("{base}/repo/tests/web/article.html"),
         &[format!("--load-extension={}", ext.display()), format!("--disable-extensions-except={}", ext.display())],
-        // Alone it takes about 3 minutes; beside the native tests (the test command runs both
+        // Alone it takes about 2 minutes; beside the native tests (the test command runs both
         // at once) on a loaded machine, more: the limit catches a hang, not slowness.
         Duration::from_secs(900),
         "the page never reported (extension not translating?)",
@@ -60,8 +60,8 @@ fn extension_translates_a_page_and_restores_it() {
     assert!(v["sameShape"].as_bool().unwrap(), "elements/attributes changed:\n{}", v["shapeAfter"]);
     // "Show original" restores the page exactly.
     assert!(v["restored"].as_bool().unwrap(), "not restored:\n{}\nvs\n{}", v["restoredHtml"], v["before"]);
-    // A block longer than one answer (64 tokens here, and the tiny model never stops) is split
-    // into parts of at most 64 characters; each part that cannot finish keeps its own text with
+    // A block longer than one answer (32 tokens here, and the tiny model never stops) is split
+    // into parts of at most 32 characters; each part that cannot finish keeps its own text with
     // the mark, so none of the paragraph is lost.
     let long = a["#long"][0].as_str().unwrap();
     assert!(long.matches(" […]").count() >= 2, "split into marked parts: {long}");
